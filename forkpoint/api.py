@@ -1,0 +1,166 @@
+"""The Python API: what the CLI calls, usable from scripts and notebooks.
+
+`record` and `replay` start a proxy on a free port, run a command with its environment pointed
+at it, and close the run with the command's outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from forkpoint.cassettes.models import Exchange, Mode, Run, RunStatus
+from forkpoint.cassettes.sqlite import DEFAULT_PATH, SqliteStore
+from forkpoint.errors import ConfigError
+from forkpoint.proxy.engine import EngineConfig, Routes
+from forkpoint.proxy.gateway import Pace
+from forkpoint.proxy.matching import MatchConfig
+from forkpoint.proxy.server import Proxy
+
+DEFAULT_UPSTREAM = "https://api.openai.com"
+DEFAULT_ROUTES = {"anthropic": "https://api.anthropic.com"}
+# Placeholders so SDKs that insist on a key start up under replay, which needs none.
+REPLAY_KEYS = {"OPENAI_API_KEY": "forkpoint-replay", "ANTHROPIC_API_KEY": "forkpoint-replay"}
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    run_id: str
+    exit_code: int
+    status: RunStatus
+    steps: int
+
+
+def cassette_path(path: str | os.PathLike[str] | None = None) -> Path:
+    return Path(path or os.environ.get("FORKPOINT_CASSETTE") or DEFAULT_PATH)
+
+
+def engine_config(
+    upstream: str | None = DEFAULT_UPSTREAM,
+    routes: Mapping[str, str] | None = None,
+    *,
+    volatile_fields: Sequence[str] = (),
+) -> EngineConfig:
+    return EngineConfig(
+        routes=Routes(default=upstream, prefixes={**DEFAULT_ROUTES, **(routes or {})}),
+        match=MatchConfig(volatile_fields=tuple(volatile_fields)),
+    )
+
+
+def agent_env(url: str, run_id: str, *, mode: Mode, base: Mapping[str, str] = os.environ) -> dict:
+    """The environment that points a command's clients at the proxy, for one run."""
+    env = dict(base)
+    if mode is Mode.REPLAY:
+        for key, value in REPLAY_KEYS.items():
+            env.setdefault(key, value)
+    env.update(
+        OPENAI_BASE_URL=f"{url}/v1",
+        OPENAI_API_BASE=f"{url}/v1",  # LangChain reads this one before OPENAI_BASE_URL
+        ANTHROPIC_BASE_URL=f"{url}/anthropic",
+        FORKPOINT_URL=url,
+        FORKPOINT_RUN=run_id,
+    )
+    return env
+
+
+def record(
+    cmd: Sequence[str], *, cassette: str | os.PathLike[str] | None = None,
+    upstream: str | None = DEFAULT_UPSTREAM, routes: Mapping[str, str] | None = None,
+    name: str | None = None, labels: Mapping[str, str] | None = None,
+    port: int = 0, read_timeout: float = 600.0,
+) -> Result:  # fmt: skip
+    """Run `cmd` with its API traffic recorded as a new run."""
+    config = engine_config(upstream, routes)
+    return asyncio.run(_run_command(
+        cmd, cassette, config, port=port, read_timeout=read_timeout,
+        start=lambda proxy: proxy.sessions.start_record(name=name, labels=dict(labels or {})),
+    ))  # fmt: skip
+
+
+def replay(
+    run: str, cmd: Sequence[str], *, cassette: str | os.PathLike[str] | None = None,
+    pace: Pace = Pace(), name: str | None = None, port: int = 0,
+) -> Result:  # fmt: skip
+    """Run `cmd` against a recorded run, offline: every response comes from the cassette."""
+    config = engine_config(None)
+    return asyncio.run(_run_command(
+        cmd, cassette, config, port=port, pace=pace,
+        start=lambda proxy: proxy.sessions.start_replay(run, name=name),
+    ))  # fmt: skip
+
+
+async def _run_command(cmd, cassette, config, *, start, **options) -> Result:  # type: ignore[no-untyped-def]
+    if not cmd:
+        raise ConfigError("no command to run: put it after --, e.g. forkpoint record -- python agent.py")
+    store = SqliteStore(cassette_path(cassette))
+    proxy = Proxy(store, config, **options)
+    try:
+        session = start(proxy)
+        url = await proxy.start()
+        env = agent_env(url, session.run.id, mode=session.run.mode)
+        try:
+            process = await asyncio.create_subprocess_exec(*cmd, env=env)
+        except OSError as error:
+            await proxy.stop(RunStatus.CRASHED, error=f"cannot start {cmd[0]}: {error}")
+            raise ConfigError(f"cannot start {cmd[0]!r}: {error}") from error
+        try:
+            exit_code = await process.wait()
+        except asyncio.CancelledError:
+            process.send_signal(signal.SIGTERM)
+            exit_code = await process.wait()
+        status = RunStatus.FINISHED if exit_code == 0 else RunStatus.CRASHED
+        error = None if exit_code == 0 else f"command exited with {exit_code}"
+        await proxy.stop(status, error=error)
+        return Result(session.run.id, exit_code, session.run.status,
+                      len(store.exchanges(session.run.id, bodies=False)))  # fmt: skip
+    finally:
+        store.close()
+
+
+def serve(
+    *, cassette: str | os.PathLike[str] | None = None, host: str = "127.0.0.1", port: int = 8765,
+    upstream: str | None = DEFAULT_UPSTREAM, routes: Mapping[str, str] | None = None,
+    replay_run: str | None = None, pace: Pace = Pace(), ready: asyncio.Event | None = None,
+) -> None:  # fmt: skip
+    """Serve until interrupted: record every run that comes through, or replay one."""
+    asyncio.run(_serve(cassette, host, port, engine_config(upstream, routes), replay_run, pace))
+
+
+async def _serve(cassette, host, port, config, replay_run, pace) -> None:  # type: ignore[no-untyped-def]
+    store = SqliteStore(cassette_path(cassette))
+    proxy = Proxy(store, config, host=host, port=port, pace=pace)
+    try:
+        if replay_run:
+            proxy.sessions.start_replay(replay_run)
+        url = await proxy.start()
+        print(f"forkpoint serving on {url}  (OPENAI_BASE_URL={url}/v1)", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await proxy.stop(RunStatus.FINISHED)
+    finally:
+        store.close()
+
+
+def runs(*, cassette: str | os.PathLike[str] | None = None) -> list[tuple[Run, list[Exchange]]]:
+    """Every run with its exchanges (without bodies), oldest first."""
+    store = SqliteStore(cassette_path(cassette), create=False)
+    try:
+        return [(run, store.exchanges(run.id, bodies=False)) for run in store.list_runs()]
+    finally:
+        store.close()
+
+
+def show(run: str, *, cassette: str | os.PathLike[str] | None = None) -> tuple[Run, list[Exchange]]:
+    store = SqliteStore(cassette_path(cassette), create=False)
+    try:
+        found = store.find_run(run)
+        return found, store.exchanges(found.id, bodies=False)
+    finally:
+        store.close()

@@ -1,0 +1,70 @@
+"""Content-addressed, compressed blobs, and the splitting that makes LLM requests dedupe.
+
+An LLM request resends the whole conversation every turn, so turn N's body is turn N-1's body
+plus a little. Hashing whole bodies would store the history N times. Instead a body is cut
+into segments just before each JSON object that opens with `"role"` or `"type"` (a message,
+an input item or a content block); the serializer writes an unchanged message as the same
+bytes every turn, so each segment is stored once and a body is a list of segment hashes.
+The cut is only an optimization: joining the segments gives back the exact bytes, whatever
+the body is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
+
+# An object that starts a message or item: `{"role"` / `{"type"`, with optional whitespace.
+_CUT = re.compile(rb'\{\s*"(?:role|type)"')
+# Segments smaller than this are merged into the previous one: blob rows cost ~100 bytes each.
+MIN_SEGMENT = 256
+# Below this size compression does not pay for its frame header.
+MIN_COMPRESS = 128
+ZSTD_LEVEL = 3
+
+
+class Codec:
+    RAW = "raw"
+    ZSTD = "zstd"
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def split(body: bytes) -> list[bytes]:
+    """Cut a body into segments that repeat across turns; `b"".join(split(b)) == b`."""
+    if len(body) < 2 * MIN_SEGMENT:
+        return [body] if body else []
+    segments: list[bytes] = []
+    start = 0
+    for match in _CUT.finditer(body):
+        cut = match.start()
+        if cut - start >= MIN_SEGMENT:
+            segments.append(body[start:cut])
+            start = cut
+    segments.append(body[start:])
+    return segments
+
+
+def compress(data: bytes) -> tuple[str, bytes]:
+    """The codec and stored bytes for one segment: zstd where it saves space, raw otherwise."""
+    if len(data) >= MIN_COMPRESS:
+        packed = zstd.compress(data, level=ZSTD_LEVEL)
+        if len(packed) < len(data):
+            return Codec.ZSTD, packed
+    return Codec.RAW, data
+
+
+def decompress(codec: str, data: bytes) -> bytes:
+    if codec == Codec.ZSTD:
+        return zstd.decompress(data)
+    if codec == Codec.RAW:
+        return data
+    raise ValueError(f"unknown blob codec {codec!r}")

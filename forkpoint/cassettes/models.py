@@ -1,0 +1,139 @@
+"""The cassette's records: plain dataclasses shared by the engine, the front doors and the stores.
+
+They carry bytes and numbers only, so the engine can be tested with plain data and every store
+(SQLite, text files) reads and writes the same shapes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+Headers = tuple[tuple[str, str], ...]
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    CRASHED = "crashed"
+    DIVERGED = "diverged"
+
+
+class Mode(StrEnum):
+    """How a session serves its run's traffic."""
+
+    RECORD = "record"
+    REPLAY = "replay"
+
+
+class Origin(StrEnum):
+    """Where an exchange's response came from."""
+
+    LIVE = "live"
+    REPLAYED = "replayed"
+    DIVERGED = "diverged"
+
+
+class Kind(StrEnum):
+    LLM = "llm"
+    TOOL = "tool"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts as the provider reported them; `cached` and `reasoning` are subsets."""
+
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+    reasoning: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input + other.input,
+            self.output + other.output,
+            self.cached + other.cached,
+            self.reasoning + other.reasoning,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What a dialect reads off one exchange: enough to list, diff and price it."""
+
+    kind: Kind
+    dialect: str
+    model: str | None = None
+    usage: Usage | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One piece of a streamed response, as it arrived, `offset_ms` after the request was sent."""
+
+    offset_ms: float
+    data: bytes
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One HTTP request and its response inside a run.
+
+    `chunks` is None for a response that was not streamed; for a stream, `response_body` is the
+    concatenation of the chunks. Headers are already redacted when an exchange leaves a front door.
+    """
+
+    run_id: str
+    step: int
+    method: str
+    route: str
+    request_headers: Headers
+    request_body: bytes
+    fingerprint: str
+    status: int | None = None
+    response_headers: Headers = ()
+    response_body: bytes = b""
+    chunks: list[Chunk] | None = None
+    complete: bool = True
+    error: str | None = None
+    origin: Origin = Origin.LIVE
+    upstream: str | None = None
+    started_at: float = field(default_factory=time.time)
+    ttfb_ms: float | None = None
+    duration_ms: float | None = None
+    summary: Summary | None = None
+
+    @property
+    def streamed(self) -> bool:
+        return self.chunks is not None
+
+
+@dataclass(slots=True)
+class Run:
+    id: str
+    name: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    status: RunStatus = RunStatus.RUNNING
+    mode: Mode = Mode.RECORD
+    parent_id: str | None = None
+    fork_step: int | None = None
+    change: dict[str, object] | None = None
+    created_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    error: str | None = None

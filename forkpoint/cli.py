@@ -1,0 +1,221 @@
+"""The `forkpoint` command: parses flags, calls `forkpoint.api`, prints."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+import orjson
+
+from forkpoint import api
+from forkpoint.cassettes.models import Exchange, Run
+from forkpoint.errors import ForkpointError
+from forkpoint.proxy.gateway import Pace
+
+
+def cassette_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--cassette",
+        envvar="FORKPOINT_CASSETTE",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Cassette file [default: .forkpoint/forkpoint.db; env FORKPOINT_CASSETTE].",
+    )(command)
+
+
+def upstream_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    command = click.option(
+        "--route", "routes", multiple=True, metavar="NAME=URL",
+        help="Serve URL under /NAME/ (repeatable). Built in: anthropic=https://api.anthropic.com.",
+    )(command)  # fmt: skip
+    return click.option(
+        "--upstream", default=api.DEFAULT_UPSTREAM, show_default=True,
+        help="Where requests outside any --route go.",
+    )(command)  # fmt: skip
+
+
+def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """A ForkpointError becomes one line on stderr and exit code 2, not a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ForkpointError as error:
+            click.echo(f"forkpoint: {error}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def parse_pairs(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=what)
+        parsed[key] = value
+    return parsed
+
+
+@click.group()
+@click.version_option(package_name="forkpoint")
+def main() -> None:
+    """A save button for AI agents: record, replay, fork and diff runs through a proxy."""
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@cassette_option
+@upstream_options
+@click.option("--name", help="A name to find the run by later.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
+@click.option("--port", default=0, help="Port for the proxy [default: a free one].")
+@click.option("--read-timeout", default=600.0, show_default=True, help="Upstream stall limit, s.")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@reports_errors
+def record(cassette: str | None, upstream: str, routes: tuple[str, ...], name: str | None,
+           labels: tuple[str, ...], port: int, read_timeout: float, cmd: tuple[str, ...]) -> None:  # fmt: skip
+    """Run CMD with its API traffic recorded as a new run; print the run id.
+
+    CMD's clients are pointed at the proxy through OPENAI_BASE_URL, ANTHROPIC_BASE_URL,
+    FORKPOINT_URL and FORKPOINT_RUN. Exits with CMD's exit code.
+
+    Example: forkpoint record --name ticket-1 -- python examples/support_agent/agent.py
+    """
+    result = api.record(
+        cmd, cassette=cassette, upstream=upstream, routes=parse_pairs(routes, "--route"),
+        name=name, labels=parse_pairs(labels, "--label"), port=port, read_timeout=read_timeout,
+    )  # fmt: skip
+    _report(result)
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@cassette_option
+@click.argument("run")
+@click.option("--pace", default="fast", show_default=True,
+              help="Stream timing: fast, recorded, or xN (N times faster than recorded).")  # fmt: skip
+@click.option("--name", help="A name for the replay run.")
+@click.option("--port", default=0, help="Port for the proxy [default: a free one].")
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@reports_errors
+def replay(cassette: str | None, run: str, pace: str, name: str | None, port: int,
+           cmd: tuple[str, ...]) -> None:  # fmt: skip
+    """Run CMD against recorded RUN, offline: no request reaches the network.
+
+    A request the recording does not have is a divergence: the agent gets an error naming the
+    nearest recorded exchange, and the replay run ends `diverged`.
+
+    Example: forkpoint replay ticket-1 -- python examples/support_agent/agent.py
+    """
+    result = api.replay(run, cmd, cassette=cassette, pace=Pace.parse(pace), name=name, port=port)
+    _report(result)
+
+
+def _report(result: api.Result) -> None:
+    click.echo(f"forkpoint: run {result.run_id} {result.status}, {result.steps} steps", err=True)
+    click.echo(result.run_id)
+    sys.exit(result.exit_code)
+
+
+@main.command()
+@cassette_option
+@upstream_options
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8765, show_default=True)
+@click.option("--replay", "replay_run", metavar="RUN", help="Replay RUN instead of recording.")
+@click.option("--pace", default="fast", show_default=True, help="Replay stream timing.")
+@reports_errors
+def serve(cassette: str | None, upstream: str, routes: tuple[str, ...], host: str, port: int,
+          replay_run: str | None, pace: str) -> None:  # fmt: skip
+    """Serve the proxy until interrupted, recording every run that comes through.
+
+    Pick a run per request with a /r/RUN/ path prefix or an X-Forkpoint-Run header.
+
+    Example: forkpoint serve --port 8765  then  OPENAI_BASE_URL=http://127.0.0.1:8765/v1
+    """
+    api.serve(cassette=cassette, host=host, port=port, upstream=upstream,
+              routes=parse_pairs(routes, "--route"), replay_run=replay_run,
+              pace=Pace.parse(pace))  # fmt: skip
+
+
+@main.command()
+@cassette_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
+@reports_errors
+def runs(cassette: str | None, as_json: bool) -> None:
+    """List the runs in the cassette, oldest first.
+
+    Example: forkpoint runs --json
+    """
+    found = api.runs(cassette=cassette)
+    if as_json:
+        click.echo(orjson.dumps([_run_json(r, e) for r, e in found], option=orjson.OPT_INDENT_2))
+        return
+    click.echo(f"{'id':26}  {'status':9}  {'steps':>5}  {'tokens':>7}  {'mode':6}  name / parent")
+    for run, exchanges in found:
+        tokens = sum(e.summary.usage.total for e in exchanges if e.summary and e.summary.usage)
+        origin = f"  ← {run.parent_id}" if run.parent_id else ""
+        click.echo(f"{run.id:26}  {run.status:9}  {len(exchanges):>5}  {tokens:>7}  "
+                   f"{run.mode:6}  {run.name or ''}{origin}")  # fmt: skip
+
+
+@main.command()
+@cassette_option
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="The run and its exchanges as JSON.")
+@reports_errors
+def show(cassette: str | None, run: str, as_json: bool) -> None:
+    """Show RUN (id, id prefix or name) one line per step.
+
+    Example: forkpoint show ticket-1
+    """
+    found, exchanges = api.show(run, cassette=cassette)
+    if as_json:
+        document = {**_run_json(found, exchanges), "exchanges": [_exchange_json(e) for e in exchanges]}
+        click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+        return
+    click.echo(f"run {found.id}  {found.status}  {found.name or ''}")
+    click.echo(f"{'step':>4}  {'kind':5}  {'origin':8}  {'status':>6}  {'model':22}  "
+               f"{'in':>6}  {'out':>6}  {'ms':>8}  route / tool calls")  # fmt: skip
+    for e in exchanges:
+        s = e.summary
+        usage = s.usage if s else None
+        calls = ", ".join(c.name for c in s.tool_calls) if s and s.tool_calls else ""
+        flag = "" if e.complete else "  [incomplete]"
+        click.echo(
+            f"{e.step:>4}  {s.kind if s else '':5}  {e.origin:8}  {e.status or '-':>6}  "
+            f"{(s.model if s else None) or '-':22}  {usage.input if usage else '-':>6}  "
+            f"{usage.output if usage else '-':>6}  {e.duration_ms or 0:>8.1f}  "
+            f"{e.method} {e.route}{'  → ' + calls if calls else ''}{flag}"
+        )
+
+
+def _run_json(run: Run, exchanges: list[Exchange]) -> dict[str, Any]:
+    return {
+        "id": run.id, "name": run.name, "labels": run.labels, "status": run.status,
+        "mode": run.mode, "parent_id": run.parent_id, "fork_step": run.fork_step,
+        "created_at": run.created_at, "ended_at": run.ended_at, "error": run.error,
+        "steps": len(exchanges),
+    }  # fmt: skip
+
+
+def _exchange_json(e: Exchange) -> dict[str, Any]:
+    s = e.summary
+    usage = s.usage if s else None
+    return {
+        "step": e.step, "kind": s.kind if s else None, "dialect": s.dialect if s else None,
+        "model": s.model if s else None, "method": e.method, "route": e.route,
+        "status": e.status, "origin": e.origin, "streamed": e.streamed, "complete": e.complete,
+        "error": e.error,
+        "usage": None if usage is None else {
+            "input": usage.input, "output": usage.output,
+            "cached": usage.cached, "reasoning": usage.reasoning,
+        },
+        "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id}
+                       for c in (s.tool_calls if s else ())],
+        "finish_reason": s.finish_reason if s else None,
+        "ttfb_ms": e.ttfb_ms, "duration_ms": e.duration_ms,
+    }  # fmt: skip

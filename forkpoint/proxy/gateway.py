@@ -1,0 +1,202 @@
+"""The base-URL front door: an aiohttp server that turns requests into engine actions.
+
+It translates an aiohttp request into the engine's `Request`, asks `decide`, and carries out
+the action: stream the upstream's response to the agent chunk by chunk while teeing it into an
+exchange, serve a recorded exchange, or answer with the engine's error. It holds no replay
+logic of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import assert_never
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from forkpoint.cassettes.models import Chunk, Exchange, Headers
+from forkpoint.errors import ConfigError, UpstreamError
+from forkpoint.proxy.dialects import dialect_for
+from forkpoint.proxy.encoding import decode_headers, header
+from forkpoint.proxy.engine import RUN_HEADER, EngineConfig, Fail, Forward, Request, Serve, decide
+from forkpoint.proxy.recorder import Recorder
+from forkpoint.proxy.redaction import REDACTED, end_to_end, redact_headers
+from forkpoint.proxy.sessions import Sessions
+from forkpoint.proxy.upstream import Sender
+
+log = logging.getLogger(__name__)
+
+RUN_PREFIX = "/r/"
+DEFAULT_MAX_BODY = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How replay serves a stream: `factor` None is as fast as possible, 1.0 as recorded."""
+
+    factor: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Pace:
+        if text == "fast":
+            return cls(None)
+        if text == "recorded":
+            return cls(1.0)
+        try:
+            factor = float(text.removeprefix("x").removeprefix("×"))
+        except ValueError:
+            factor = 0.0
+        if factor <= 0:
+            raise ConfigError(f"--pace takes recorded, fast or xN (N > 0), not {text!r}")
+        return cls(factor)
+
+
+class Gateway:
+    def __init__(
+        self, *, sessions: Sessions, config: EngineConfig, sender: Sender, recorder: Recorder,
+        pace: Pace = Pace(), max_body: int = DEFAULT_MAX_BODY,
+    ):  # fmt: skip
+        self.sessions = sessions
+        self.config = config
+        self.sender = sender
+        self.recorder = recorder
+        self.pace = pace
+        self.app = web.Application(client_max_size=max_body)
+        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        run_id, route = split_run(request.raw_path, request.headers.get(RUN_HEADER))
+        try:
+            session = self.sessions.get(run_id)
+        except ConfigError as error:
+            return web.json_response({"error": {"message": str(error)}}, status=400)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge as error:
+            message = f"forkpoint: request body over the {error.max_size} byte limit (--max-body)"
+            return web.json_response({"error": {"message": message}}, status=413)
+        ours = Request(request.method, route, decode_headers(request.raw_headers), body)
+        action = decide(session, ours, self.config)
+        match action:
+            case Forward():
+                return await self._forward(request, action)
+            case Serve():
+                return await self._serve(request, action)
+            case Fail():
+                self.recorder.submit(action.record)
+                return web.Response(
+                    status=action.status, headers=CIMultiDict(action.headers), body=action.body
+                )
+            case _:
+                assert_never(action)
+
+    async def _forward(self, request: web.Request, action: Forward) -> web.StreamResponse:
+        record = action.record
+        started = time.perf_counter()
+        try:
+            upstream = await self.sender.send(request.method, action.url, action.headers, action.body)
+        except UpstreamError as error:
+            return self._upstream_failed(record, error, started)
+        record.ttfb_ms = _ms_since(started)
+        record.status = upstream.status
+        record.response_headers = redact_headers(end_to_end(upstream.headers),
+                                                 self.config.redact_headers)  # fmt: skip
+        response = web.StreamResponse(
+            status=upstream.status, headers=CIMultiDict(end_to_end(upstream.headers))
+        )
+        streamed = _is_stream(upstream.headers)
+        chunks: list[Chunk] = []
+        try:
+            await response.prepare(request)
+            async for data in upstream.chunks():
+                chunks.append(Chunk(_ms_since(started), data))
+                await response.write(data)
+            await response.write_eof()
+        except UpstreamError as error:
+            record.complete, record.error = False, str(error)
+            _abort(request)
+        except ConnectionError as error:
+            record.complete, record.error = False, f"client disconnected: {error}"
+        finally:
+            upstream.release()
+            record.duration_ms = _ms_since(started)
+            record.response_body = b"".join(c.data for c in chunks)
+            record.chunks = chunks if streamed else None
+            self.recorder.submit(record)
+        return response
+
+    def _upstream_failed(
+        self, record: Exchange, error: UpstreamError, started: float
+    ) -> web.Response:
+        status = 504 if error.timeout else 502
+        message = f"forkpoint: {error}"
+        dialect = dialect_for(record.method, record.route.partition("?")[0])
+        headers, body = dialect.error_response(status, message, error_type="forkpoint_upstream")
+        record.status, record.response_headers, record.response_body = status, headers, body
+        record.error, record.complete = message, False
+        record.duration_ms = _ms_since(started)
+        self.recorder.submit(record)
+        return web.Response(status=status, headers=CIMultiDict(headers), body=body)
+
+    async def _serve(self, request: web.Request, action: Serve) -> web.StreamResponse:
+        recorded, record = action.recorded, action.record
+        started = time.perf_counter()
+        headers = tuple((k, v) for k, v in recorded.response_headers if v != REDACTED)
+        response = web.StreamResponse(status=recorded.status or 502, headers=CIMultiDict(headers))
+        record.status, record.response_headers = recorded.status, recorded.response_headers
+        record.response_body, record.error = recorded.response_body, recorded.error
+        record.complete, record.upstream = recorded.complete, recorded.upstream
+        record.summary = recorded.summary
+        try:
+            await response.prepare(request)
+            record.ttfb_ms = _ms_since(started)
+            if recorded.chunks is None:
+                await response.write(recorded.response_body)
+            else:
+                record.chunks = []
+                for chunk in recorded.chunks:
+                    await self._wait_for(chunk.offset_ms, started)
+                    record.chunks.append(Chunk(_ms_since(started), chunk.data))
+                    await response.write(chunk.data)
+            if recorded.complete:
+                await response.write_eof()
+            else:  # it was cut when recorded: cut it again, so the agent sees what it saw
+                _abort(request)
+        except ConnectionError as error:
+            record.complete, record.error = False, f"client disconnected: {error}"
+        finally:
+            record.duration_ms = _ms_since(started)
+            self.recorder.submit(record)
+        return response
+
+    async def _wait_for(self, offset_ms: float, started: float) -> None:
+        if self.pace.factor is None:
+            return
+        delay = offset_ms / 1000 / self.pace.factor - (time.perf_counter() - started)
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+def split_run(raw_path: str, run_header: str | None) -> tuple[str | None, str]:
+    """The run id named by a `/r/<id>/` prefix (or the run header) and the route after it."""
+    if raw_path.startswith(RUN_PREFIX):
+        run_id, _, rest = raw_path[len(RUN_PREFIX) :].partition("/")
+        return run_id, "/" + rest
+    return run_header, raw_path
+
+
+def _is_stream(headers: Headers) -> bool:
+    content_type = header(headers, "content-type") or ""
+    return content_type.startswith("text/event-stream") or header(headers, "content-length") is None
+
+
+def _abort(request: web.Request) -> None:
+    if request.transport is not None:
+        request.transport.abort()
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

@@ -1,0 +1,98 @@
+"""A running proxy: store, recorder, sessions, sender and gateway, started and stopped together.
+
+`Proxy` lives on an asyncio loop (the CLI's); `ProxyThread` runs one on a background thread for
+synchronous callers such as tests and the pytest plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from forkpoint.cassettes.models import RunStatus
+from forkpoint.cassettes.store import Store
+from forkpoint.loop_thread import LoopThread
+from forkpoint.proxy.engine import EngineConfig
+from forkpoint.proxy.gateway import DEFAULT_MAX_BODY, Gateway, Pace
+from forkpoint.proxy.recorder import Recorder
+from forkpoint.proxy.sessions import Sessions
+from forkpoint.proxy.upstream import AiohttpSender, Sender
+
+T = TypeVar("T")
+
+
+class Proxy:
+    def __init__(
+        self, store: Store, config: EngineConfig = EngineConfig(), *, sender: Sender | None = None,
+        pace: Pace = Pace(), host: str = "127.0.0.1", port: int = 0,
+        read_timeout: float = 600.0, max_body: int = DEFAULT_MAX_BODY,
+    ):  # fmt: skip
+        self.store = store
+        self.config = config
+        self.sessions = Sessions(store, config)
+        self.recorder = Recorder(store)
+        self._own_sender = sender is None
+        self.sender: Sender = sender or AiohttpSender(read_timeout=read_timeout)
+        self.gateway = Gateway(
+            sessions=self.sessions, config=config, sender=self.sender,
+            recorder=self.recorder, pace=pace, max_body=max_body,
+        )  # fmt: skip
+        self._host, self._port = host, port
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        self._runner = web.AppRunner(self.gateway.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port, reuse_address=True)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        return self.url
+
+    async def stop(self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None) -> None:
+        """Stop serving, commit every exchange, then close the runs with `status`."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._own_sender and isinstance(self.sender, AiohttpSender):
+            await self.sender.close()
+        await asyncio.to_thread(self.recorder.flush, None)
+        self.recorder.close()
+        self.sessions.finish(status, error=error)
+
+    def flush(self) -> None:
+        self.recorder.flush()
+
+
+class ProxyThread:
+    """A `Proxy` on a background event loop: `with ProxyThread(store) as proxy: proxy.url`."""
+
+    def __init__(self, store: Store, config: EngineConfig = EngineConfig(), **options: Any):
+        self._thread = LoopThread("forkpoint-proxy")
+        self.proxy: Proxy = self._thread.call(self._make(store, config, options))
+
+    @staticmethod
+    async def _make(store: Store, config: EngineConfig, options: dict[str, Any]) -> Proxy:
+        return Proxy(store, config, **options)  # built on the loop that will run it
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self._thread.call(coroutine)
+
+    def __enter__(self) -> Proxy:
+        self.call(self.proxy.start())
+        return self.proxy
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self, status: RunStatus = RunStatus.FINISHED) -> None:
+        if self._thread.loop.is_closed():
+            return
+        try:
+            self.call(self.proxy.stop(status))
+        finally:
+            self._thread.close()

@@ -1,0 +1,91 @@
+"""The sessions a proxy serves: one per run, found by run id, created on first use."""
+
+from __future__ import annotations
+
+import re
+
+from ulid import ULID
+
+from forkpoint.cassettes.models import Mode, Run, RunStatus
+from forkpoint.cassettes.store import Store
+from forkpoint.errors import ConfigError, RunNotFound
+from forkpoint.proxy.engine import EngineConfig, Session
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+def new_run_id() -> str:
+    return str(ULID())
+
+
+class Sessions:
+    """Run id → session. A request without a run id goes to the default session."""
+
+    def __init__(self, store: Store, config: EngineConfig):
+        self._store = store
+        self._config = config
+        self._sessions: dict[str, Session] = {}
+        self.default_id: str | None = None
+
+    def start_record(
+        self, *, run_id: str | None = None, name: str | None = None,
+        labels: dict[str, str] | None = None, default: bool = True,
+    ) -> Session:  # fmt: skip
+        run = Run(id=run_id or new_run_id(), name=name, labels=dict(labels or {}))
+        return self._open(run, [], default)
+
+    def start_replay(
+        self, source_ref: str, *, run_id: str | None = None, name: str | None = None,
+        labels: dict[str, str] | None = None, default: bool = True,
+    ) -> Session:  # fmt: skip
+        """A new run that replays `source_ref` (id, id prefix or name) from the cassette."""
+        source = self._store.find_run(source_ref)
+        run = Run(
+            id=run_id or new_run_id(), name=name, labels=dict(labels or source.labels),
+            mode=Mode.REPLAY, parent_id=source.id,
+        )  # fmt: skip
+        return self._open(run, self._store.exchanges(source.id), default)
+
+    def _open(self, run: Run, source: list, default: bool) -> Session:  # type: ignore[type-arg]
+        self._store.create_run(run)
+        session = Session(run)
+        if run.mode is Mode.REPLAY:
+            session.load(source, self._config)
+        self._sessions[run.id] = session
+        if default:
+            self.default_id = run.id
+        return session
+
+    def get(self, run_id: str | None) -> Session:
+        """The session for a run id; an unknown id starts recording a run by that id."""
+        if run_id is None:
+            if self.default_id is None:
+                return self.start_record()
+            return self._sessions[self.default_id]
+        session = self._sessions.get(run_id)
+        if session is not None:
+            return session
+        if not _RUN_ID.match(run_id):
+            raise ConfigError(f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-'")
+        try:
+            existing = self._store.get_run(run_id)
+        except RunNotFound:
+            return self.start_record(run_id=run_id, default=False)
+        # A run recorded before this proxy started: go on appending to it.
+        session = Session(existing, next_step=_step_count(self._store, run_id))
+        self._sessions[run_id] = session
+        return session
+
+    def all(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    def finish(self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None) -> None:
+        """Close every run still open; a diverged run keeps its status."""
+        for session in self._sessions.values():
+            final = RunStatus.DIVERGED if session.run.status is RunStatus.DIVERGED else status
+            session.run.status = final
+            self._store.finish_run(session.run.id, final, error=error)
+
+
+def _step_count(store: Store, run_id: str) -> int:
+    return len(store.exchanges(run_id, bodies=False))

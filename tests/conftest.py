@@ -1,0 +1,83 @@
+"""Fixtures shared by the suite: a scripted upstream and a proxy, each on real sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forkpoint.api import engine_config
+from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.loop_thread import LoopThread
+from forkpoint.proxy.server import ProxyThread
+from forkpoint.testing.upstream import ScriptedUpstream
+
+
+class RunningUpstream:
+    """A ScriptedUpstream on its own loop thread, stoppable mid-test (to prove replay is offline)."""
+
+    def __init__(self, upstream: ScriptedUpstream):
+        self.upstream = upstream
+        self._thread = LoopThread("scripted-upstream")
+        self.url = self._thread.call(upstream.start())
+
+    @property
+    def request_count(self) -> int:
+        return self.upstream.request_count
+
+    @property
+    def requests(self):  # type: ignore[no-untyped-def]
+        return self.upstream.requests
+
+    def stop(self) -> None:
+        if not self._thread.loop.is_closed():
+            self._thread.call(self.upstream.close())
+            self._thread.close()
+
+
+@pytest.fixture
+def start_upstream() -> Iterator:  # type: ignore[type-arg]
+    started: list[RunningUpstream] = []
+
+    def start(upstream: ScriptedUpstream | None = None) -> RunningUpstream:
+        running = RunningUpstream(upstream or ScriptedUpstream())
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+@pytest.fixture
+def upstream(start_upstream) -> RunningUpstream:  # type: ignore[no-untyped-def]
+    return start_upstream()
+
+
+@pytest.fixture
+def cassette(tmp_path: Path) -> Path:
+    return tmp_path / "cassette.db"
+
+
+@pytest.fixture
+def store(cassette: Path) -> Iterator[SqliteStore]:
+    opened = SqliteStore(cassette)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def start_proxy(store: SqliteStore) -> Iterator:  # type: ignore[type-arg]
+    """Start a proxy on the test's cassette: `start_proxy(upstream_url, **options)`."""
+    threads: list[ProxyThread] = []
+
+    def start(upstream_url: str | None, *, routes=None, **options):  # type: ignore[no-untyped-def]
+        thread = ProxyThread(store, engine_config(upstream_url, routes), **options)
+        threads.append(thread)
+        thread.__enter__()
+        return thread
+
+    yield start
+    for thread in threads:
+        thread.close()
