@@ -1,0 +1,3 @@
+from forkpoint.cli import main
+
+main()
