@@ -64,6 +64,7 @@ class Gateway:
         self.sender = sender
         self.recorder = recorder
         self.pace = pace
+        self.max_body = max_body
         self.app = web.Application(client_max_size=max_body)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
@@ -75,8 +76,8 @@ class Gateway:
             return web.json_response({"error": {"message": str(error)}}, status=400)
         try:
             body = await request.read()
-        except web.HTTPRequestEntityTooLarge as error:
-            message = f"forkpoint: request body over the {error.max_size} byte limit (--max-body)"
+        except web.HTTPRequestEntityTooLarge:
+            message = f"forkpoint: request body over the {self.max_body} byte limit (--max-body)"
             return web.json_response({"error": {"message": message}}, status=413)
         ours = Request(request.method, route, decode_headers(request.raw_headers), body)
         action = decide(session, ours, self.config)

@@ -64,9 +64,6 @@ class Proxy:
         self.recorder.close()
         self.sessions.finish(status, error=error)
 
-    def flush(self) -> None:
-        self.recorder.flush()
-
 
 class ProxyThread:
     """A `Proxy` on a background event loop: `with ProxyThread(store) as proxy: proxy.url`."""

@@ -7,6 +7,7 @@ agent gets the upstream's bytes and the cassette stores exactly those bytes.
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -16,6 +17,8 @@ import aiohttp
 from forkpoint.cassettes.models import Headers
 from forkpoint.errors import UpstreamError
 from forkpoint.proxy.encoding import decode_headers
+
+LARGE_BODY = 1024 * 1024
 
 
 class UpstreamResponse(Protocol):
@@ -78,7 +81,7 @@ class AiohttpSender:
     async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
         try:
             response = await self._client().request(
-                method, url, headers=list(headers), data=body or None, allow_redirects=False
+                method, url, headers=list(headers), data=_payload(body), allow_redirects=False
             )
         except (TimeoutError, aiohttp.ServerTimeoutError) as error:
             raise UpstreamError(f"upstream {url} did not answer in time", timeout=True) from error
@@ -89,6 +92,13 @@ class AiohttpSender:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _payload(body: bytes) -> bytes | io.BytesIO | None:
+    # aiohttp writes a large bytes body in one blocking call; a file object goes in pieces.
+    if len(body) > LARGE_BODY:
+        return io.BytesIO(body)
+    return body or None
 
 
 # The test double: a handler returns (status, headers, chunks) for a request.

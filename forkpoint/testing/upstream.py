@@ -1,0 +1,206 @@
+"""A scripted, wire-faithful stand-in for the OpenAI and Anthropic APIs.
+
+forkpoint's tests, its demo and users' tests point real SDK clients (through the proxy or not)
+at this server. It answers OpenAI Chat Completions, OpenAI Responses and Anthropic Messages,
+streaming or not, with the providers' exact shapes; what it says comes from a script, so a
+test controls the content while the bytes stay realistic. Ids and timestamps are fresh on
+every call, as upstream, so a replay that returns recorded ones is visibly a replay.
+
+    upstream = ScriptedUpstream(lambda prompt: Reply(text="hi"))
+    base_url = await upstream.start()            # "http://127.0.0.1:PORT"
+    client = AsyncOpenAI(base_url=base_url + "/v1", api_key="test")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import json
+import string
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from aiohttp import web
+
+from forkpoint.testing.script import (
+    ErrorReply,
+    Message,
+    Prompt,
+    Reply,
+    Script,
+    ToolCallSpec,
+    count_usage,
+    echo_script,
+    parse_prompt,
+)
+from forkpoint.testing.wire import Event, Wire, frame, random_id
+from forkpoint.testing.wire_anthropic import MESSAGES
+from forkpoint.testing.wire_openai import CHAT, RESPONSES
+
+__all__ = [
+    "ErrorReply",
+    "Message",
+    "Prompt",
+    "ReceivedRequest",
+    "Reply",
+    "Script",
+    "ScriptedUpstream",
+    "ToolCallSpec",
+    "echo_script",
+]
+
+# Each dialect is served at its `/v1` route and without the prefix, for clients whose base
+# URL already ends in `/v1` and clients that add it themselves.
+_ROUTES: dict[str, tuple[str, Wire]] = {
+    "/chat/completions": ("openai_chat", CHAT),
+    "/responses": ("openai_responses", RESPONSES),
+    "/messages": ("anthropic_messages", MESSAGES),
+}
+_MODELS = ("gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini", "o4-mini")
+_MODELS_CREATED = 1_715_367_049  # a model's `created` is fixed: when it was published
+_BAD_JSON = "We could not parse the JSON body of your request."
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """A request as the upstream received it, for tests to assert on what the proxy sent."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    json: Any
+
+
+class ScriptedUpstream:
+    """An aiohttp server that answers LLM API calls from a script.
+
+    `script` may be swapped between requests. `chunk_delay` is slept between SSE events;
+    `compress` gzips JSON bodies for clients that accept gzip, as the real APIs do.
+    """
+
+    def __init__(
+        self, script: Script = echo_script, *, chunk_delay: float = 0.0, compress: bool = False
+    ) -> None:
+        self.script = script
+        self.chunk_delay = chunk_delay
+        self.compress = compress
+        self.requests: list[ReceivedRequest] = []
+        self.app = web.Application(middlewares=[self._record])
+        for route, (dialect, wire) in _ROUTES.items():
+            handler = partial(self._answer, dialect, wire)
+            self.app.router.add_post("/v1" + route, handler)
+            self.app.router.add_post(route, handler)
+        self.app.router.add_get("/v1/models", self._models)
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen (port 0 picks a free one) and return the base URL, without `/v1`."""
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound_host, bound_port = self._runner.addresses[0][:2]
+        return f"http://{bound_host}:{bound_port}"
+
+    async def close(self) -> None:
+        """Stop listening and drop open connections."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @property
+    def request_count(self) -> int:
+        return len(self.requests)
+
+    def reset(self) -> None:
+        """Forget the requests received so far."""
+        self.requests.clear()
+
+    @web.middleware
+    async def _record(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        body = await request.read()  # aiohttp caches it, so the handler reads it again
+        try:
+            parsed = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        headers = dict(request.headers)
+        self.requests.append(ReceivedRequest(request.method, request.path, headers, body, parsed))
+        return await handler(request)
+
+    async def _answer(self, dialect: str, wire: Wire, request: web.Request) -> web.StreamResponse:
+        headers = {wire.request_id_header: random_id("req_", 32, string.hexdigits[:16])}
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return self._json(request, 400, wire.error(400, _BAD_JSON, "server_error"), headers)
+        if not body.get("model"):
+            error = wire.error(400, "you must provide a model parameter", "server_error")
+            return self._json(request, 400, error, headers)
+        prompt = parse_prompt(dialect, body)
+        reply = self.script(prompt)
+        if isinstance(reply, ErrorReply):
+            error = wire.error(reply.status, reply.message, reply.type)
+            return self._json(request, reply.status, error, headers)
+        if reply.stall_s:
+            await asyncio.sleep(reply.stall_s)
+        usage = count_usage(body, reply)
+        if prompt.stream:
+            events = wire.events(prompt, reply, usage)
+            return await self._stream(request, events, reply.cut_after, headers)
+        return self._json(request, 200, wire.body(prompt, reply, usage), headers)
+
+    def _json(
+        self, request: web.Request, status: int, payload: Any, headers: dict[str, str]
+    ) -> web.Response:
+        data = json.dumps(payload).encode()
+        headers = {**headers, "Content-Type": "application/json"}
+        if self.compress and "gzip" in request.headers.get("Accept-Encoding", ""):
+            data = gzip.compress(data)
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(status=status, body=data, headers=headers)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        events: list[Event],
+        cut_after: int | None,
+        headers: dict[str, str],
+    ) -> web.StreamResponse:
+        """Write each event on its own, so a proxy sees the chunks as they come."""
+        response = web.StreamResponse(
+            headers={
+                **headers,
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+            }
+        )
+        await response.prepare(request)
+        # A client that hangs up mid-stream just ends the stream, as it does upstream.
+        with contextlib.suppress(ConnectionResetError):
+            for sent, event in enumerate(events):
+                if sent and self.chunk_delay:
+                    await asyncio.sleep(self.chunk_delay)
+                if cut_after is not None and sent >= cut_after:
+                    # Closing the socket mid-body leaves the chunked body unterminated, as a
+                    # dropped upstream connection does; aiohttp then skips its end of body.
+                    if request.transport is not None:
+                        request.transport.close()
+                    return response
+                await response.write(frame(event))
+            await response.write_eof()
+        return response
+
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [
+            {"id": m, "object": "model", "created": _MODELS_CREATED, "owned_by": "system"}
+            for m in _MODELS
+        ]
+        return self._json(request, 200, {"object": "list", "data": data}, {})

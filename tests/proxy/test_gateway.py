@@ -1,0 +1,262 @@
+"""The gateway on real sockets against bad input: odd bodies, failing upstreams, hang-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import http.client
+import os
+import socket
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+from aiohttp import web
+
+from forkpoint.cassettes.models import Origin, RunStatus
+from forkpoint.loop_thread import LoopThread
+from forkpoint.testing.upstream import ErrorReply, Reply, ScriptedUpstream
+
+
+class ToolService:
+    """An HTTP service with the awkward endpoints a tool API may have."""
+
+    def __init__(self) -> None:
+        self.hits = 0
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/echo", self.echo)
+        app.router.add_get("/gzip", self.gzipped)
+        app.router.add_get("/stall", self.stall)
+        app.router.add_get("/drip", self.drip)
+        app.router.add_get("/status/{code}", self.status)
+        self._runner = web.AppRunner(app)
+        self._thread = LoopThread("tool-service")
+        self.url = self._thread.call(self._start())
+
+    async def _start(self) -> str:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        return "http://127.0.0.1:%d" % self._runner.addresses[0][1]
+
+    async def echo(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        body = await request.read()
+        return web.Response(body=body, content_type=request.content_type or "application/octet-stream")
+
+    async def gzipped(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        return web.Response(body=gzip.compress(b'{"result": "compressed"}'),
+                            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})  # fmt: skip
+
+    async def stall(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        await asyncio.sleep(5)
+        return web.Response(text="too late")
+
+    async def drip(self, request: web.Request) -> web.StreamResponse:
+        """A chunked body of 50 pieces, 20 ms apart."""
+        self.hits += 1
+        response = web.StreamResponse()
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError):  # the proxy hangs up when its client does
+            for index in range(50):
+                await response.write(b"piece %d\n" % index)
+                await asyncio.sleep(0.02)
+            await response.write_eof()
+        return response
+
+    async def status(self, request: web.Request) -> web.Response:
+        self.hits += 1
+        code = int(request.match_info["code"])
+        return web.json_response({"error": {"message": f"status {code}"}}, status=code,
+                                 headers={"Retry-After": "1"})  # fmt: skip
+
+    def stop(self) -> None:
+        self._thread.call(self._runner.cleanup())
+        self._thread.close()
+
+
+@pytest.fixture
+def tools() -> Iterator[ToolService]:
+    service = ToolService()
+    yield service
+    service.stop()
+
+
+def request(url: str, method: str = "GET", body: bytes | None = None,
+            headers: dict[str, str] | None = None, timeout: float = 10) -> tuple[int, dict, bytes]:  # fmt: skip
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=body,
+                     headers=headers or {})  # fmt: skip
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+
+@pytest.fixture
+def recording(start_proxy, tools):  # type: ignore[no-untyped-def]
+    thread = start_proxy(None, routes={"tools": tools.url}, read_timeout=0.5)
+    thread.run = thread.proxy.sessions.start_record().run
+    return thread
+
+
+def replay(start_proxy, recording):  # type: ignore[no-untyped-def]
+    recording.close()
+    thread = start_proxy(None)
+    thread.run = thread.proxy.sessions.start_replay(recording.run.id).run
+    return thread
+
+
+def test_malformed_json_and_binary_bodies_pass_through_and_replay(start_proxy, store, recording, tools):
+    bodies = [b'{"broken": ', bytes(range(256)) * 4, b"\x1f\x8b not really gzip"]
+    live = [request(recording.proxy.url + "/tools/echo", "POST", body)[2] for body in bodies]
+    assert live == bodies
+    replaying = replay(start_proxy, recording)
+    hits = tools.hits
+    again = [request(replaying.proxy.url + "/tools/echo", "POST", body)[2] for body in bodies]
+    assert again == bodies and tools.hits == hits
+
+
+def test_compressed_responses_are_passed_and_stored_as_sent(start_proxy, store, recording):
+    status, headers, body = request(recording.proxy.url + "/tools/gzip", headers={"Accept-Encoding": "gzip"})
+    assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == b'{"result": "compressed"}'
+    replaying = replay(start_proxy, recording)
+    [exchange] = store.exchanges(recording.run.id)
+    assert exchange.response_body == body
+    assert exchange.summary is not None and exchange.summary.kind == "tool"
+    assert request(replaying.proxy.url + "/tools/gzip")[2] == body
+
+
+def test_a_20_mb_body_is_recorded_and_replayed(start_proxy, store, recording):
+    body = os.urandom(1024) * (20 * 1024)
+    status, _, echoed = request(recording.proxy.url + "/tools/echo", "POST", body)
+    assert status == 200 and echoed == body
+    replaying = replay(start_proxy, recording)
+    assert request(replaying.proxy.url + "/tools/echo", "POST", body)[2] == body
+
+
+def test_a_body_over_the_limit_is_refused_with_413(start_proxy, tools):
+    thread = start_proxy(None, routes={"tools": tools.url}, max_body=1024)
+    thread.proxy.sessions.start_record()
+    status, _, body = request(thread.proxy.url + "/tools/echo", "POST", b"x" * 4096)
+    assert status == 413 and b"--max-body" in body
+
+
+@pytest.mark.parametrize("code", [500, 429, 404])
+def test_upstream_errors_pass_through_are_recorded_and_replay(start_proxy, store, recording, code):
+    status, headers, body = request(recording.proxy.url + f"/tools/status/{code}")
+    assert status == code and headers["Retry-After"] == "1"
+    replaying = replay(start_proxy, recording)
+    assert request(replaying.proxy.url + f"/tools/status/{code}")[:3:2] == (code, body)
+
+
+def test_a_stalled_upstream_gets_a_clear_504(store, recording):
+    started = time.monotonic()
+    status, _, body = request(recording.proxy.url + "/tools/stall")
+    assert status == 504 and b"did not answer in time" in body
+    assert time.monotonic() - started < 3
+    recording.close()
+    [exchange] = store.exchanges(recording.run.id)
+    assert exchange.status == 504 and exchange.complete is False
+
+
+def test_an_unreachable_upstream_gets_a_clear_502(start_proxy, store):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    thread = start_proxy(dead)
+    thread.proxy.sessions.start_record()
+    with openai.OpenAI(base_url=thread.proxy.url + "/v1", api_key="k", max_retries=0) as client:
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.status_code == 502 and "cannot reach upstream" in caught.value.message
+
+
+def test_an_upstream_that_cuts_a_stream_is_recorded_as_incomplete_and_cut_again_on_replay(
+    start_upstream, start_proxy, store
+):
+    upstream = start_upstream(ScriptedUpstream(lambda p: Reply(text="a b c d e f g h", cut_after=4)))
+    thread = start_proxy(upstream.url)
+    run = thread.proxy.sessions.start_record().run
+    with openai.OpenAI(base_url=thread.proxy.url + "/v1", api_key="k", max_retries=0) as client:
+        with pytest.raises(openai.APIError):
+            list(client.chat.completions.create(model="gpt-4o", stream=True,
+                 messages=[{"role": "user", "content": "x"}]))  # fmt: skip
+    thread.close()
+    [exchange] = store.exchanges(run.id)
+    assert exchange.complete is False and "cut" in (exchange.error or "")
+    assert exchange.chunks and b"[DONE]" not in exchange.response_body
+    assert exchange.summary is not None and exchange.summary.text  # the partial text was read
+    replaying = start_proxy(None)
+    replaying.proxy.sessions.start_replay(run.id)
+    with openai.OpenAI(base_url=replaying.proxy.url + "/v1", api_key="k", max_retries=0) as client:
+        with pytest.raises(openai.APIError):
+            list(client.chat.completions.create(model="gpt-4o", stream=True,
+                 messages=[{"role": "user", "content": "x"}]))  # fmt: skip
+
+
+def test_a_client_that_hangs_up_mid_stream_loses_nothing_and_others_are_served(
+    start_proxy, store, tools
+):
+    thread = start_proxy(None, routes={"tools": tools.url})
+    run = thread.proxy.sessions.start_record().run
+    host, port = urlsplit(thread.proxy.url).hostname, urlsplit(thread.proxy.url).port
+    with socket.create_connection((host, port)) as sock:
+        sock.sendall(b"GET /tools/drip HTTP/1.1\r\nHost: x\r\n\r\n")
+        received = b""
+        while b"piece 0" not in received:
+            received += sock.recv(4096)
+    # the hang-up is noticed at the next write; meanwhile another run is served normally
+    status, _, body = request(thread.proxy.url + "/r/other-run/tools/echo", "POST", b"still here")
+    assert (status, body) == (200, b"still here")
+    time.sleep(0.3)
+    thread.close()
+    [cut] = store.exchanges(run.id)
+    assert cut.complete is False and "client disconnected" in (cut.error or "")
+    assert cut.response_body.startswith(b"piece 0")
+    [other] = store.exchanges("other-run")
+    assert other.response_body == b"still here"
+
+
+def test_runs_are_chosen_by_path_prefix_or_header(start_proxy, store, tools):
+    thread = start_proxy(None, routes={"tools": tools.url})
+    default = thread.proxy.sessions.start_record().run
+    request(thread.proxy.url + "/tools/echo", "POST", b"default")
+    request(thread.proxy.url + "/r/run-a/tools/echo", "POST", b"prefixed")
+    request(thread.proxy.url + "/tools/echo", "POST", b"header", headers={"X-Forkpoint-Run": "run-b"})
+    status, _, _ = request(thread.proxy.url + "/r/bad%20id!/tools/echo", "POST", b"")
+    thread.close()
+    assert status == 400
+    bodies = {run: [e.request_body for e in store.exchanges(run)]
+              for run in (default.id, "run-a", "run-b")}  # fmt: skip
+    assert bodies == {default.id: [b"default"], "run-a": [b"prefixed"], "run-b": [b"header"]}
+    assert store.get_run("run-a").status is RunStatus.FINISHED
+    [with_header] = store.exchanges("run-b")
+    assert "x-forkpoint-run" not in {k.lower() for k, _ in with_header.request_headers}
+
+
+def test_an_error_reply_from_the_llm_is_recorded_and_replayed(start_upstream, start_proxy, store):
+    upstream = start_upstream(ScriptedUpstream(lambda p: ErrorReply(429, "slow down", "rate_limit_error")))
+    thread = start_proxy(upstream.url)
+    run = thread.proxy.sessions.start_record().run
+    for base in (thread.proxy.url,):
+        with openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0) as client:
+            with pytest.raises(openai.RateLimitError, match="slow down"):
+                client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+    thread.close()
+    upstream.stop()
+    replaying = start_proxy(None)
+    replaying.proxy.sessions.start_replay(run.id)
+    with openai.OpenAI(base_url=replaying.proxy.url + "/v1", api_key="k", max_retries=0) as client:
+        with pytest.raises(openai.RateLimitError, match="slow down"):
+            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+    [exchange] = store.exchanges(run.id)
+    assert exchange.status == 429 and exchange.origin is Origin.LIVE
