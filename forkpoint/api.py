@@ -68,34 +68,58 @@ def agent_env(url: str, run_id: str, *, mode: Mode, base: Mapping[str, str] = os
 
 
 def record(
-    cmd: Sequence[str], *, cassette: str | os.PathLike[str] | None = None,
-    upstream: str | None = DEFAULT_UPSTREAM, routes: Mapping[str, str] | None = None,
-    name: str | None = None, labels: Mapping[str, str] | None = None,
-    port: int = 0, read_timeout: float = 600.0,
-) -> Result:  # fmt: skip
+    cmd: Sequence[str],
+    *,
+    cassette: str | os.PathLike[str] | None = None,
+    upstream: str | None = DEFAULT_UPSTREAM,
+    routes: Mapping[str, str] | None = None,
+    name: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    port: int = 0,
+    read_timeout: float = 600.0,
+) -> Result:
     """Run `cmd` with its API traffic recorded as a new run."""
     config = engine_config(upstream, routes)
-    return asyncio.run(_run_command(
-        cmd, cassette, config, port=port, read_timeout=read_timeout,
-        start=lambda proxy: proxy.sessions.start_record(name=name, labels=dict(labels or {})),
-    ))  # fmt: skip
+    return asyncio.run(
+        _run_command(
+            cmd,
+            cassette,
+            config,
+            port=port,
+            read_timeout=read_timeout,
+            start=lambda proxy: proxy.sessions.start_record(name=name, labels=dict(labels or {})),
+        )
+    )
 
 
 def replay(
-    run: str, cmd: Sequence[str], *, cassette: str | os.PathLike[str] | None = None,
-    pace: Pace = Pace(), name: str | None = None, port: int = 0,
-) -> Result:  # fmt: skip
+    run: str,
+    cmd: Sequence[str],
+    *,
+    cassette: str | os.PathLike[str] | None = None,
+    pace: Pace = Pace(),
+    name: str | None = None,
+    port: int = 0,
+) -> Result:
     """Run `cmd` against a recorded run, offline: every response comes from the cassette."""
     config = engine_config(None)
-    return asyncio.run(_run_command(
-        cmd, cassette, config, port=port, pace=pace,
-        start=lambda proxy: proxy.sessions.start_replay(run, name=name),
-    ))  # fmt: skip
+    return asyncio.run(
+        _run_command(
+            cmd,
+            cassette,
+            config,
+            port=port,
+            pace=pace,
+            start=lambda proxy: proxy.sessions.start_replay(run, name=name),
+        )
+    )
 
 
 async def _run_command(cmd, cassette, config, *, start, **options) -> Result:  # type: ignore[no-untyped-def]
     if not cmd:
-        raise ConfigError("no command to run: put it after --, e.g. forkpoint record -- python agent.py")
+        raise ConfigError(
+            "no command to run: put it after --, e.g. forkpoint record -- python agent.py"
+        )
     store = SqliteStore(cassette_path(cassette))
     proxy = Proxy(store, config, **options)
     try:
@@ -113,19 +137,29 @@ async def _run_command(cmd, cassette, config, *, start, **options) -> Result:  #
             process.send_signal(signal.SIGTERM)
             exit_code = await process.wait()
         status = RunStatus.FINISHED if exit_code == 0 else RunStatus.CRASHED
-        error = None if exit_code == 0 else f"command exited with {exit_code}"
-        await proxy.stop(status, error=error)
-        return Result(session.run.id, exit_code, session.run.status,
-                      len(store.exchanges(session.run.id, bodies=False)))  # fmt: skip
+        failure = None if exit_code == 0 else f"command exited with {exit_code}"
+        await proxy.stop(status, error=failure)
+        return Result(
+            session.run.id,
+            exit_code,
+            session.run.status,
+            len(store.exchanges(session.run.id, bodies=False)),
+        )
     finally:
         store.close()
 
 
 def serve(
-    *, cassette: str | os.PathLike[str] | None = None, host: str = "127.0.0.1", port: int = 8765,
-    upstream: str | None = DEFAULT_UPSTREAM, routes: Mapping[str, str] | None = None,
-    replay_run: str | None = None, pace: Pace = Pace(), ready: asyncio.Event | None = None,
-) -> None:  # fmt: skip
+    *,
+    cassette: str | os.PathLike[str] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    upstream: str | None = DEFAULT_UPSTREAM,
+    routes: Mapping[str, str] | None = None,
+    replay_run: str | None = None,
+    pace: Pace = Pace(),
+    ready: asyncio.Event | None = None,
+) -> None:
     """Serve until interrupted: record every run that comes through, or replay one."""
     asyncio.run(_serve(cassette, host, port, engine_config(upstream, routes), replay_run, pace))
 

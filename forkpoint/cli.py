@@ -28,13 +28,18 @@ def cassette_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def upstream_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option(
-        "--route", "routes", multiple=True, metavar="NAME=URL",
+        "--route",
+        "routes",
+        multiple=True,
+        metavar="NAME=URL",
         help="Serve URL under /NAME/ (repeatable). Built in: anthropic=https://api.anthropic.com.",
-    )(command)  # fmt: skip
+    )(command)
     return click.option(
-        "--upstream", default=api.DEFAULT_UPSTREAM, show_default=True,
+        "--upstream",
+        default=api.DEFAULT_UPSTREAM,
+        show_default=True,
         help="Where requests outside any --route go.",
-    )(command)  # fmt: skip
+    )(command)
 
 
 def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,8 +81,16 @@ def main() -> None:
 @click.option("--read-timeout", default=600.0, show_default=True, help="Upstream stall limit, s.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
-def record(cassette: str | None, upstream: str, routes: tuple[str, ...], name: str | None,
-           labels: tuple[str, ...], port: int, read_timeout: float, cmd: tuple[str, ...]) -> None:  # fmt: skip
+def record(
+    cassette: str | None,
+    upstream: str,
+    routes: tuple[str, ...],
+    name: str | None,
+    labels: tuple[str, ...],
+    port: int,
+    read_timeout: float,
+    cmd: tuple[str, ...],
+) -> None:
     """Run CMD with its API traffic recorded as a new run; print the run id.
 
     CMD's clients are pointed at the proxy through OPENAI_BASE_URL, ANTHROPIC_BASE_URL,
@@ -86,23 +99,34 @@ def record(cassette: str | None, upstream: str, routes: tuple[str, ...], name: s
     Example: forkpoint record --name ticket-1 -- python examples/support_agent/agent.py
     """
     result = api.record(
-        cmd, cassette=cassette, upstream=upstream, routes=parse_pairs(routes, "--route"),
-        name=name, labels=parse_pairs(labels, "--label"), port=port, read_timeout=read_timeout,
-    )  # fmt: skip
+        cmd,
+        cassette=cassette,
+        upstream=upstream,
+        routes=parse_pairs(routes, "--route"),
+        name=name,
+        labels=parse_pairs(labels, "--label"),
+        port=port,
+        read_timeout=read_timeout,
+    )
     _report(result)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @cassette_option
 @click.argument("run")
-@click.option("--pace", default="fast", show_default=True,
-              help="Stream timing: fast, recorded, or xN (N times faster than recorded).")  # fmt: skip
+@click.option(
+    "--pace",
+    default="fast",
+    show_default=True,
+    help="Stream timing: fast, recorded, or xN (N times faster than recorded).",
+)
 @click.option("--name", help="A name for the replay run.")
 @click.option("--port", default=0, help="Port for the proxy [default: a free one].")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
-def replay(cassette: str | None, run: str, pace: str, name: str | None, port: int,
-           cmd: tuple[str, ...]) -> None:  # fmt: skip
+def replay(
+    cassette: str | None, run: str, pace: str, name: str | None, port: int, cmd: tuple[str, ...]
+) -> None:
     """Run CMD against recorded RUN, offline: no request reaches the network.
 
     A request the recording does not have is a divergence: the agent gets an error naming the
@@ -128,17 +152,30 @@ def _report(result: api.Result) -> None:
 @click.option("--replay", "replay_run", metavar="RUN", help="Replay RUN instead of recording.")
 @click.option("--pace", default="fast", show_default=True, help="Replay stream timing.")
 @reports_errors
-def serve(cassette: str | None, upstream: str, routes: tuple[str, ...], host: str, port: int,
-          replay_run: str | None, pace: str) -> None:  # fmt: skip
+def serve(
+    cassette: str | None,
+    upstream: str,
+    routes: tuple[str, ...],
+    host: str,
+    port: int,
+    replay_run: str | None,
+    pace: str,
+) -> None:
     """Serve the proxy until interrupted, recording every run that comes through.
 
     Pick a run per request with a /r/RUN/ path prefix or an X-Forkpoint-Run header.
 
     Example: forkpoint serve --port 8765  then  OPENAI_BASE_URL=http://127.0.0.1:8765/v1
     """
-    api.serve(cassette=cassette, host=host, port=port, upstream=upstream,
-              routes=parse_pairs(routes, "--route"), replay_run=replay_run,
-              pace=Pace.parse(pace))  # fmt: skip
+    api.serve(
+        cassette=cassette,
+        host=host,
+        port=port,
+        upstream=upstream,
+        routes=parse_pairs(routes, "--route"),
+        replay_run=replay_run,
+        pace=Pace.parse(pace),
+    )
 
 
 @main.command()
@@ -158,8 +195,10 @@ def runs(cassette: str | None, as_json: bool) -> None:
     for run, exchanges in found:
         tokens = sum(e.summary.usage.total for e in exchanges if e.summary and e.summary.usage)
         origin = f"  ← {run.parent_id}" if run.parent_id else ""
-        click.echo(f"{run.id:26}  {run.status:9}  {len(exchanges):>5}  {tokens:>7}  "
-                   f"{run.mode:6}  {run.name or ''}{origin}")  # fmt: skip
+        click.echo(
+            f"{run.id:26}  {run.status:9}  {len(exchanges):>5}  {tokens:>7}  "
+            f"{run.mode:6}  {run.name or ''}{origin}"
+        )
 
 
 @main.command()
@@ -174,12 +213,17 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
     """
     found, exchanges = api.show(run, cassette=cassette)
     if as_json:
-        document = {**_run_json(found, exchanges), "exchanges": [_exchange_json(e) for e in exchanges]}
+        document = {
+            **_run_json(found, exchanges),
+            "exchanges": [_exchange_json(e) for e in exchanges],
+        }
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
         return
     click.echo(f"run {found.id}  {found.status}  {found.name or ''}")
-    click.echo(f"{'step':>4}  {'kind':5}  {'origin':8}  {'status':>6}  {'model':22}  "
-               f"{'in':>6}  {'out':>6}  {'ms':>8}  route / tool calls")  # fmt: skip
+    click.echo(
+        f"{'step':>4}  {'kind':5}  {'origin':8}  {'status':>6}  {'model':22}  "
+        f"{'in':>6}  {'out':>6}  {'ms':>8}  route / tool calls"
+    )
     for e in exchanges:
         s = e.summary
         usage = s.usage if s else None
@@ -195,27 +239,48 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
 
 def _run_json(run: Run, exchanges: list[Exchange]) -> dict[str, Any]:
     return {
-        "id": run.id, "name": run.name, "labels": run.labels, "status": run.status,
-        "mode": run.mode, "parent_id": run.parent_id, "fork_step": run.fork_step,
-        "created_at": run.created_at, "ended_at": run.ended_at, "error": run.error,
+        "id": run.id,
+        "name": run.name,
+        "labels": run.labels,
+        "status": run.status,
+        "mode": run.mode,
+        "parent_id": run.parent_id,
+        "fork_step": run.fork_step,
+        "created_at": run.created_at,
+        "ended_at": run.ended_at,
+        "error": run.error,
         "steps": len(exchanges),
-    }  # fmt: skip
+    }
 
 
 def _exchange_json(e: Exchange) -> dict[str, Any]:
     s = e.summary
     usage = s.usage if s else None
     return {
-        "step": e.step, "kind": s.kind if s else None, "dialect": s.dialect if s else None,
-        "model": s.model if s else None, "method": e.method, "route": e.route,
-        "status": e.status, "origin": e.origin, "streamed": e.streamed, "complete": e.complete,
+        "step": e.step,
+        "kind": s.kind if s else None,
+        "dialect": s.dialect if s else None,
+        "model": s.model if s else None,
+        "method": e.method,
+        "route": e.route,
+        "status": e.status,
+        "origin": e.origin,
+        "streamed": e.streamed,
+        "complete": e.complete,
         "error": e.error,
-        "usage": None if usage is None else {
-            "input": usage.input, "output": usage.output,
-            "cached": usage.cached, "reasoning": usage.reasoning,
+        "usage": None
+        if usage is None
+        else {
+            "input": usage.input,
+            "output": usage.output,
+            "cached": usage.cached,
+            "reasoning": usage.reasoning,
         },
-        "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id}
-                       for c in (s.tool_calls if s else ())],
+        "tool_calls": [
+            {"name": c.name, "arguments": c.arguments, "id": c.id}
+            for c in (s.tool_calls if s else ())
+        ],
         "finish_reason": s.finish_reason if s else None,
-        "ttfb_ms": e.ttfb_ms, "duration_ms": e.duration_ms,
-    }  # fmt: skip
+        "ttfb_ms": e.ttfb_ms,
+        "duration_ms": e.duration_ms,
+    }

@@ -43,7 +43,12 @@ class UpstreamError(ForkpointError):
     """`timeout` tells a stall from a refusal, so the gateway can answer 504 rather than 502."""
 
     def __init__(
-        self, message: str, *, timeout: bool = False, run_id: str | None = None, step: int | None = None
+        self,
+        message: str,
+        *,
+        timeout: bool = False,
+        run_id: str | None = None,
+        step: int | None = None,
     ):
         super().__init__(message, run_id=run_id, step=step)
         self.timeout = timeout

@@ -54,7 +54,9 @@ class SqliteStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         try:
-            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=busy_timeout_ms / 1000)
+            conn = sqlite3.connect(
+                self.path, check_same_thread=False, timeout=busy_timeout_ms / 1000
+            )
             self._conn = conn
             self.db = sqlite_utils.Database(conn)
             self._configure(busy_timeout_ms)
@@ -99,7 +101,7 @@ class SqliteStore:
 
     def _create_schema(self) -> None:
         db = self.db
-        db["runs"].create(
+        db.table("runs").create(
             {
                 "id": str, "name": str, "labels": str, "status": str, "mode": str,
                 "parent_id": str, "fork_step": int, "change": str, "created_at": float,
@@ -108,8 +110,8 @@ class SqliteStore:
             pk="id",
             foreign_keys=[("parent_id", "runs", "id")],
         )  # fmt: skip
-        db["blobs"].create({"hash": str, "size": int, "codec": str, "data": bytes}, pk="hash")
-        db["exchanges"].create(
+        db.table("blobs").create({"hash": str, "size": int, "codec": str, "data": bytes}, pk="hash")
+        db.table("exchanges").create(
             {
                 "run_id": str, "step": int, "method": str, "route": str, "upstream": str,
                 "request_headers": str, "request_body": str, "fingerprint": str,
@@ -123,12 +125,12 @@ class SqliteStore:
             pk=("run_id", "step"),
             foreign_keys=[("run_id", "runs", "id")],
         )  # fmt: skip
-        db["chunks"].create(
+        db.table("chunks").create(
             {"run_id": str, "step": int, "seq": int, "offset_ms": float, "size": int, "end": int},
             pk=("run_id", "step", "seq"),
         )
-        db["runs"].create_index(["name"])
-        db["exchanges"].create_index(["run_id", "fingerprint"])
+        db.table("runs").create_index(["name"])
+        db.table("exchanges").create_index(["run_id", "fingerprint"])
         db.execute(f"PRAGMA application_id={APPLICATION_ID}")
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
@@ -210,7 +212,7 @@ class SqliteStore:
         summary = ex.summary or Summary(kind=Kind.OTHER, dialect="generic")
         usage = summary.usage
         conn.execute(
-            "INSERT INTO exchanges VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO exchanges VALUES ({','.join('?' * 28)})",
             (
                 ex.run_id, ex.step, ex.method, ex.route, ex.upstream,
                 _dump_headers(ex.request_headers), self._put_body(conn, ex.request_body),
@@ -280,7 +282,9 @@ class SqliteStore:
             by_step.setdefault(chunk["step"], []).append((chunk["offset_ms"], chunk["size"]))
         for exchange in result:
             if exchange.chunks is not None:
-                exchange.chunks = _cut_chunks(exchange.response_body, by_step.get(exchange.step, []))
+                exchange.chunks = _cut_chunks(
+                    exchange.response_body, by_step.get(exchange.step, [])
+                )
         return result
 
     def _exchange_from_row(self, row: sqlite3.Row, bodies: bool) -> Exchange:

@@ -103,8 +103,10 @@ class Divergence:
         if self.nearest_step is None:
             lines.append(f"The recording has no unserved {self.method} request to any route.")
         else:
-            lines.append(f"Nearest recorded exchange: step {self.nearest_step}. Body differences "
-                         "(recorded → this request):")  # fmt: skip
+            lines.append(
+                f"Nearest recorded exchange: step {self.nearest_step}. Body differences "
+                "(recorded → this request):"
+            )
             lines += [f"  {line}" for line in self.diff] or ["  (bodies equal; route differs)"]
         return "\n".join(lines)
 
@@ -139,8 +141,13 @@ class Session:
         self.source = source
         self._unserved.clear()
         for exchange in source:
-            key = _fingerprint(exchange.method, exchange.route, exchange.request_body,
-                               exchange.request_headers, config)  # fmt: skip
+            key = _fingerprint(
+                exchange.method,
+                exchange.route,
+                exchange.request_body,
+                exchange.request_headers,
+                config,
+            )
             self._unserved.setdefault(key, deque()).append(exchange)
 
     def take(self, key: str) -> Exchange | None:
@@ -179,8 +186,13 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
         return _diverge(session, request, route, record, config)
     url = config.routes.resolve(request.route)
     if url is None:
-        return _fail(record, 502, f"forkpoint has no upstream for {request.route}; "
-                     "start it with --upstream URL or --route NAME=URL", "forkpoint_no_upstream")  # fmt: skip
+        return _fail(
+            record,
+            502,
+            f"forkpoint has no upstream for {request.route}; "
+            "start it with --upstream URL or --route NAME=URL",
+            "forkpoint_no_upstream",
+        )
     forward_headers = end_to_end(request.headers, drop=GATEWAY_HEADERS)
     record.upstream = redact_route(url, config.redact_query)
     return Forward(url, forward_headers, request.body, record)
@@ -219,7 +231,9 @@ def _diverge(
     return Fail(fail.status, fail.headers, fail.body, fail.record, divergence)
 
 
-def _comparable(method: str, route: str, body: bytes, headers: Headers, config: EngineConfig) -> Any:
+def _comparable(
+    method: str, route: str, body: bytes, headers: Headers, config: EngineConfig
+) -> Any:
     value = matching.parse_json(body, header(headers, "content-encoding"))
     if value is None:
         return {"route": matching.normalized_route(route), "body (not JSON)": body[:200].hex()}
@@ -228,9 +242,8 @@ def _comparable(method: str, route: str, body: bytes, headers: Headers, config: 
 
 def _fail(record: Exchange, status: int, message: str, error_type: str) -> Fail:
     dialect = dialect_for(record.method, urlsplit(record.route).path)
+    # The dialect's error carries `x-should-retry: false`: a divergence never heals by retrying.
     headers, body = dialect.error_response(status, message, error_type=error_type)
-    # The SDKs retry some statuses; a divergence or a missing route never heals by retrying.
-    headers = (*headers, ("x-should-retry", "false"))
     record.origin = Origin.DIVERGED if error_type == "forkpoint_divergence" else Origin.LIVE
     record.status, record.response_headers, record.response_body = status, headers, body
     record.error = message

@@ -46,7 +46,7 @@ class Pace:
         if text == "recorded":
             return cls(1.0)
         try:
-            factor = float(text.removeprefix("x").removeprefix("×"))
+            factor = float(text.removeprefix("x"))
         except ValueError:
             factor = 0.0
         if factor <= 0:
@@ -56,9 +56,15 @@ class Pace:
 
 class Gateway:
     def __init__(
-        self, *, sessions: Sessions, config: EngineConfig, sender: Sender, recorder: Recorder,
-        pace: Pace = Pace(), max_body: int = DEFAULT_MAX_BODY,
-    ):  # fmt: skip
+        self,
+        *,
+        sessions: Sessions,
+        config: EngineConfig,
+        sender: Sender,
+        recorder: Recorder,
+        pace: Pace = Pace(),
+        max_body: int = DEFAULT_MAX_BODY,
+    ):
         self.sessions = sessions
         self.config = config
         self.sender = sender
@@ -98,13 +104,16 @@ class Gateway:
         record = action.record
         started = time.perf_counter()
         try:
-            upstream = await self.sender.send(request.method, action.url, action.headers, action.body)
+            upstream = await self.sender.send(
+                request.method, action.url, action.headers, action.body
+            )
         except UpstreamError as error:
             return self._upstream_failed(record, error, started)
         record.ttfb_ms = _ms_since(started)
         record.status = upstream.status
-        record.response_headers = redact_headers(end_to_end(upstream.headers),
-                                                 self.config.redact_headers)  # fmt: skip
+        record.response_headers = redact_headers(
+            end_to_end(upstream.headers), self.config.redact_headers
+        )
         response = web.StreamResponse(
             status=upstream.status, headers=CIMultiDict(end_to_end(upstream.headers))
         )

@@ -20,6 +20,7 @@ from forkpoint.proxy.encoding import UndecodableBody, decode_body
 # (method, route, parsed JSON body) -> the body to fingerprint
 Normalizer = Callable[[str, str, Any], Any]
 
+
 @dataclass(frozen=True, slots=True)
 class MatchConfig:
     """`volatile_fields` are dotted paths into JSON bodies; `*` stands for every list item."""

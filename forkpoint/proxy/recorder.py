@@ -78,8 +78,10 @@ class Recorder:
                 if attempt == RETRIES:
                     log.exception(
                         "forkpoint: could not write %d exchange(s) (run %s, steps %s)",
-                        len(exchanges), exchanges[0].run_id, [e.step for e in exchanges],
-                    )  # fmt: skip
+                        len(exchanges),
+                        exchanges[0].run_id,
+                        [e.step for e in exchanges],
+                    )
                     return
                 log.warning("forkpoint: cassette write failed, retrying", exc_info=True)
                 time.sleep(min(0.05 * 2**attempt, 2.0))

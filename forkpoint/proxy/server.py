@@ -26,10 +26,17 @@ T = TypeVar("T")
 
 class Proxy:
     def __init__(
-        self, store: Store, config: EngineConfig = EngineConfig(), *, sender: Sender | None = None,
-        pace: Pace = Pace(), host: str = "127.0.0.1", port: int = 0,
-        read_timeout: float = 600.0, max_body: int = DEFAULT_MAX_BODY,
-    ):  # fmt: skip
+        self,
+        store: Store,
+        config: EngineConfig = EngineConfig(),
+        *,
+        sender: Sender | None = None,
+        pace: Pace = Pace(),
+        host: str = "127.0.0.1",
+        port: int = 0,
+        read_timeout: float = 600.0,
+        max_body: int = DEFAULT_MAX_BODY,
+    ):
         self.store = store
         self.config = config
         self.sessions = Sessions(store, config)
@@ -37,9 +44,13 @@ class Proxy:
         self._own_sender = sender is None
         self.sender: Sender = sender or AiohttpSender(read_timeout=read_timeout)
         self.gateway = Gateway(
-            sessions=self.sessions, config=config, sender=self.sender,
-            recorder=self.recorder, pace=pace, max_body=max_body,
-        )  # fmt: skip
+            sessions=self.sessions,
+            config=config,
+            sender=self.sender,
+            recorder=self.recorder,
+            pace=pace,
+            max_body=max_body,
+        )
         self._host, self._port = host, port
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -53,7 +64,9 @@ class Proxy:
         self.url = f"http://{host}:{port}"
         return self.url
 
-    async def stop(self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None) -> None:
+    async def stop(
+        self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None
+    ) -> None:
         """Stop serving, commit every exchange, then close the runs with `status`."""
         if self._runner is not None:
             await self._runner.cleanup()

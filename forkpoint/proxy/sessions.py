@@ -28,22 +28,34 @@ class Sessions:
         self.default_id: str | None = None
 
     def start_record(
-        self, *, run_id: str | None = None, name: str | None = None,
-        labels: dict[str, str] | None = None, default: bool = True,
-    ) -> Session:  # fmt: skip
+        self,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        default: bool = True,
+    ) -> Session:
         run = Run(id=run_id or new_run_id(), name=name, labels=dict(labels or {}))
         return self._open(run, [], default)
 
     def start_replay(
-        self, source_ref: str, *, run_id: str | None = None, name: str | None = None,
-        labels: dict[str, str] | None = None, default: bool = True,
-    ) -> Session:  # fmt: skip
+        self,
+        source_ref: str,
+        *,
+        run_id: str | None = None,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        default: bool = True,
+    ) -> Session:
         """A new run that replays `source_ref` (id, id prefix or name) from the cassette."""
         source = self._store.find_run(source_ref)
         run = Run(
-            id=run_id or new_run_id(), name=name, labels=dict(labels or source.labels),
-            mode=Mode.REPLAY, parent_id=source.id,
-        )  # fmt: skip
+            id=run_id or new_run_id(),
+            name=name,
+            labels=dict(labels or source.labels),
+            mode=Mode.REPLAY,
+            parent_id=source.id,
+        )
         return self._open(run, self._store.exchanges(source.id), default)
 
     def _open(self, run: Run, source: list, default: bool) -> Session:  # type: ignore[type-arg]

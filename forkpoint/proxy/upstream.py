@@ -102,9 +102,7 @@ def _payload(body: bytes) -> bytes | io.BytesIO | None:
 
 
 # The test double: a handler returns (status, headers, chunks) for a request.
-MockHandler = Callable[
-    [str, str, Headers, bytes], Awaitable[tuple[int, Headers, Sequence[bytes]]]
-]
+MockHandler = Callable[[str, str, Headers, bytes], Awaitable[tuple[int, Headers, Sequence[bytes]]]]
 
 
 @dataclass

@@ -15,10 +15,18 @@ from forkpoint.errors import CassetteError, RunNotFound, SchemaVersionError
 
 
 def exchange(step: int, body: bytes, **fields: object) -> Exchange:
-    return Exchange(run_id="r1", step=step, method="POST", route="/v1/chat/completions",
-                    request_headers=(("content-type", "application/json"),),
-                    request_body=body, fingerprint=f"fp{step}", status=200,
-                    response_body=b'{"ok": true}', **fields)  # fmt: skip
+    return Exchange(
+        run_id="r1",
+        step=step,
+        method="POST",
+        route="/v1/chat/completions",
+        request_headers=(("content-type", "application/json"),),
+        request_body=body,
+        fingerprint=f"fp{step}",
+        status=200,
+        response_body=b'{"ok": true}',
+        **fields,
+    )
 
 
 def conversation(turns: int) -> bytes:
@@ -34,8 +42,14 @@ def conversation(turns: int) -> bytes:
 
 def test_exchanges_round_trip_with_chunks(store: SqliteStore):
     store.create_run(Run("r1", name="first", labels={"team": "a"}))
-    chunks = [Chunk(1.5, b"data: a\n\n"), Chunk(20.25, b"data: b\n\n"), Chunk(40.0, b"data: [DONE]\n\n")]
-    stream = exchange(1, b"{}", chunks=chunks, response_headers=(("content-type", "text/event-stream"),))
+    chunks = [
+        Chunk(1.5, b"data: a\n\n"),
+        Chunk(20.25, b"data: b\n\n"),
+        Chunk(40.0, b"data: [DONE]\n\n"),
+    ]
+    stream = exchange(
+        1, b"{}", chunks=chunks, response_headers=(("content-type", "text/event-stream"),)
+    )
     stream.response_body = b"".join(c.data for c in chunks)
     store.add_exchanges([exchange(0, b'{"a": 1}'), stream])
     loaded = store.exchanges("r1")
@@ -97,11 +111,13 @@ def test_reopening_keeps_everything(cassette: Path):
 
 
 def test_a_missing_cassette_is_a_clear_error_when_reading(tmp_path: Path):
-    with pytest.raises(CassetteError, match="no cassette at .*record a run first"):
+    with pytest.raises(CassetteError, match=r"no cassette at .*record a run first"):
         SqliteStore(tmp_path / "absent.db", create=False)
 
 
-@pytest.mark.parametrize("version, word", [(SCHEMA_VERSION - 1, "older"), (SCHEMA_VERSION + 1, "newer")])
+@pytest.mark.parametrize(
+    "version, word", [(SCHEMA_VERSION - 1, "older"), (SCHEMA_VERSION + 1, "newer")]
+)
 def test_another_schema_version_is_refused_not_rewritten(cassette: Path, version: int, word: str):
     SqliteStore(cassette).close()
     with sqlite3.connect(cassette) as conn:
@@ -144,8 +160,15 @@ def test_tool_calls_and_usage_columns_are_queryable(store: SqliteStore):
     from forkpoint.cassettes.models import Kind, Summary, ToolCall, Usage
 
     store.create_run(Run("r1"))
-    summary = Summary(Kind.LLM, "openai_chat", "gpt-4o", Usage(10, 5, 2, 1),
-                      (ToolCall("lookup_order", '{"id": "A1"}', "call_1"),), "tool_calls", None)  # fmt: skip
+    summary = Summary(
+        Kind.LLM,
+        "openai_chat",
+        "gpt-4o",
+        Usage(10, 5, 2, 1),
+        (ToolCall("lookup_order", '{"id": "A1"}', "call_1"),),
+        "tool_calls",
+        None,
+    )
     store.add_exchanges([exchange(0, b"{}", summary=summary)])
     row = store.query("SELECT model, input_tokens, cached_tokens, tool_calls FROM exchanges")[0]
     assert row[:3] == ("gpt-4o", 10, 2)

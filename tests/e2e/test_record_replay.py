@@ -27,12 +27,28 @@ def tool_then_answer(prompt: Prompt) -> Reply:
     return Reply(text=f"[{prompt.model}] Order status: {prompt.tool_results[-1]}")
 
 
-TOOLS = [{"type": "function", "function": {"name": "lookup_order", "parameters": {
-    "type": "object", "properties": {"order_id": {"type": "string"}}}}}]  # fmt: skip
-RESPONSES_TOOLS = [{"type": "function", "name": "lookup_order", "parameters": {
-    "type": "object", "properties": {"order_id": {"type": "string"}}}}]  # fmt: skip
-ANTHROPIC_TOOLS = [{"name": "lookup_order", "input_schema": {
-    "type": "object", "properties": {"order_id": {"type": "string"}}}}]  # fmt: skip
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup_order",
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+        },
+    }
+]
+RESPONSES_TOOLS = [
+    {
+        "type": "function",
+        "name": "lookup_order",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+    }
+]
+ANTHROPIC_TOOLS = [
+    {
+        "name": "lookup_order",
+        "input_schema": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+    }
+]
 
 
 def openai_client(url: str) -> openai.OpenAI:
@@ -45,25 +61,45 @@ def chat_agent(url: str, *, stream: bool) -> list[Any]:
         messages: list[Any] = [{"role": "user", "content": "Where is order A1001?"}]
         for _ in range(2):
             if stream:
-                chunks = list(client.chat.completions.create(
-                    model="gpt-4o", messages=messages, tools=TOOLS, stream=True,
-                    stream_options={"include_usage": True}))  # fmt: skip
+                chunks = list(
+                    client.chat.completions.create(
+                        model="gpt-4o",
+                        messages=messages,
+                        tools=TOOLS,
+                        stream=True,
+                        stream_options={"include_usage": True},
+                    )
+                )
                 seen.append([c.model_dump() for c in chunks])
-                calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+                calls = [
+                    tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []
+                ]
                 if not calls:
                     break
                 call_id, name = calls[0].id, calls[0].function.name
                 arguments = "".join(tc.function.arguments or "" for tc in calls)
             else:
-                completion = client.chat.completions.create(model="gpt-4o", messages=messages, tools=TOOLS)
+                completion = client.chat.completions.create(
+                    model="gpt-4o", messages=messages, tools=TOOLS
+                )
                 seen.append(completion.model_dump())
                 message = completion.choices[0].message
                 if not message.tool_calls:
                     break
                 call_id, name = message.tool_calls[0].id, message.tool_calls[0].function.name
                 arguments = message.tool_calls[0].function.arguments
-            messages.append({"role": "assistant", "tool_calls": [{"id": call_id, "type": "function",
-                             "function": {"name": name, "arguments": arguments}}]})  # fmt: skip
+            messages.append(
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": arguments},
+                        }
+                    ],
+                }
+            )
             messages.append({"role": "tool", "tool_call_id": call_id, "content": "shipped"})
     return seen
 
@@ -73,11 +109,20 @@ def async_chat(url: str) -> list[Any]:
         async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0) as client:
             questions = [f"question {i}" for i in range(4)]
             # concurrent requests: replay must hand each its own recorded answer
-            done = await asyncio.gather(*(client.chat.completions.create(
-                model="gpt-4o-mini", messages=[{"role": "user", "content": q}]) for q in questions))  # fmt: skip
+            done = await asyncio.gather(
+                *(
+                    client.chat.completions.create(
+                        model="gpt-4o-mini", messages=[{"role": "user", "content": q}]
+                    )
+                    for q in questions
+                )
+            )
             stream = await client.chat.completions.create(
-                model="gpt-4o-mini", messages=[{"role": "user", "content": "stream"}], stream=True,
-                stream_options={"include_usage": True})
+                model="gpt-4o-mini",
+                messages=[{"role": "user", "content": "stream"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
             chunks = [c.model_dump() async for c in stream]
             return [c.model_dump() for c in done] + [chunks]
 
@@ -86,29 +131,49 @@ def async_chat(url: str) -> list[Any]:
 
 def responses_agent(url: str) -> list[Any]:
     with openai_client(url) as client:
-        first = client.responses.create(model="gpt-4.1", input="Where is order A1001?", tools=RESPONSES_TOOLS)
+        first = client.responses.create(
+            model="gpt-4.1", input="Where is order A1001?", tools=RESPONSES_TOOLS
+        )
         call = next(item for item in first.output if item.type == "function_call")
-        events = list(client.responses.create(
-            model="gpt-4.1", tools=RESPONSES_TOOLS, stream=True,
-            input=[{"role": "user", "content": "Where is order A1001?"},
-                   {"type": "function_call", "call_id": call.call_id, "name": call.name,
-                    "arguments": call.arguments},
-                   {"type": "function_call_output", "call_id": call.call_id, "output": "shipped"}],
-        ))  # fmt: skip
+        events = list(
+            client.responses.create(
+                model="gpt-4.1",
+                tools=RESPONSES_TOOLS,
+                stream=True,
+                input=[
+                    {"role": "user", "content": "Where is order A1001?"},
+                    {
+                        "type": "function_call",
+                        "call_id": call.call_id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                    },
+                    {"type": "function_call_output", "call_id": call.call_id, "output": "shipped"},
+                ],
+            )
+        )
         return [first.model_dump(), [e.model_dump() for e in events]]
 
 
 def anthropic_agent(url: str) -> list[Any]:
-    with anthropic.Anthropic(base_url=f"{url}/anthropic", api_key="sk-ant-secret", max_retries=0) as client:
+    with anthropic.Anthropic(
+        base_url=f"{url}/anthropic", api_key="sk-ant-secret", max_retries=0
+    ) as client:
         messages: list[Any] = [{"role": "user", "content": "Where is order A1001?"}]
-        first = client.messages.create(model="claude-sonnet-5", max_tokens=200,
-                                       messages=messages, tools=ANTHROPIC_TOOLS)  # fmt: skip
+        first = client.messages.create(
+            model="claude-sonnet-5", max_tokens=200, messages=messages, tools=ANTHROPIC_TOOLS
+        )
         use = next(block for block in first.content if block.type == "tool_use")
-        messages += [{"role": "assistant", "content": [b.model_dump() for b in first.content]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
-                                                   "content": "shipped"}]}]  # fmt: skip
-        with client.messages.stream(model="claude-sonnet-5", max_tokens=200, messages=messages,
-                                    tools=ANTHROPIC_TOOLS) as stream:  # fmt: skip
+        messages += [
+            {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "shipped"}],
+            },
+        ]
+        with client.messages.stream(
+            model="claude-sonnet-5", max_tokens=200, messages=messages, tools=ANTHROPIC_TOOLS
+        ) as stream:
             events = [e.model_dump() for e in stream]
             final = stream.get_final_message().model_dump()
         return [first.model_dump(), events, final]
@@ -124,7 +189,9 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_replay_returns_what_was_recorded_with_the_upstream_gone(name, start_upstream, start_proxy, store):
+def test_replay_returns_what_was_recorded_with_the_upstream_gone(
+    name, start_upstream, start_proxy, store
+):
     upstream = start_upstream(ScriptedUpstream(tool_then_answer, chunk_delay=0.002))
     recording = start_proxy(upstream.url, routes={"anthropic": upstream.url})
     run = recording.proxy.sessions.start_record(name=name).run
@@ -154,9 +221,10 @@ def test_streams_replay_chunk_for_chunk(start_upstream, start_proxy, store):
     run = recording.proxy.sessions.start_record().run
     with openai_client(recording.proxy.url) as client:
         with client.chat.completions.with_streaming_response.create(
-            model="gpt-4o", messages=[{"role": "user", "content": "one two three four five six"}],
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "one two three four five six"}],
             stream=True,
-        ) as response:  # fmt: skip
+        ) as response:
             live_bytes = b"".join(response.iter_bytes())
     recording.close()
     upstream.stop()
@@ -170,9 +238,10 @@ def test_streams_replay_chunk_for_chunk(start_upstream, start_proxy, store):
     replaying.proxy.sessions.start_replay(run.id)
     with openai_client(replaying.proxy.url) as client:
         with client.chat.completions.with_streaming_response.create(
-            model="gpt-4o", messages=[{"role": "user", "content": "one two three four five six"}],
+            model="gpt-4o",
+            messages=[{"role": "user", "content": "one two three four five six"}],
             stream=True,
-        ) as response:  # fmt: skip
+        ) as response:
             assert b"".join(response.iter_bytes()) == live_bytes
 
 
@@ -184,7 +253,9 @@ def test_secrets_never_reach_the_cassette_file(start_upstream, start_proxy, stor
     anthropic_agent(recording.proxy.url)
     recording.close()
     assert upstream.requests[0].headers["Authorization"] == "Bearer sk-test-secret"
-    raw = b"".join(p.read_bytes() for p in cassette.parent.iterdir() if p.name.startswith(cassette.name))
+    raw = b"".join(
+        p.read_bytes() for p in cassette.parent.iterdir() if p.name.startswith(cassette.name)
+    )
     assert b"sk-test-secret" not in raw and b"sk-ant-secret" not in raw
 
 
@@ -193,13 +264,20 @@ def test_divergence_reaches_the_sdk_as_an_error_with_the_report(start_upstream, 
     recording = start_proxy(upstream.url)
     run = recording.proxy.sessions.start_record().run
     with openai_client(recording.proxy.url) as client:
-        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "refund A1001"}])
+        client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "refund A1001"}]
+        )
     recording.close()
 
     replaying = start_proxy(None)
     replay_run = replaying.proxy.sessions.start_replay(run.id).run
-    with openai_client(replaying.proxy.url) as client, pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "refund A1002"}])
+    with (
+        openai_client(replaying.proxy.url) as client,
+        pytest.raises(openai.BadRequestError) as caught,
+    ):
+        client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "refund A1002"}]
+        )
     replaying.close()
     message = caught.value.message
     assert "forkpoint divergence" in message and "step 0" in message

@@ -18,11 +18,15 @@ from forkpoint.proxy.engine import (
 )
 from forkpoint.proxy.matching import MatchConfig
 
-CONFIG = EngineConfig(routes=Routes("https://api.openai.com", {"anthropic": "https://api.anthropic.com"}))
+CONFIG = EngineConfig(
+    routes=Routes("https://api.openai.com", {"anthropic": "https://api.anthropic.com"})
+)
 
 
 def chat(content: str, **extra: object) -> bytes:
-    return orjson.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": content}], **extra})
+    return orjson.dumps(
+        {"model": "gpt-4o", "messages": [{"role": "user", "content": content}], **extra}
+    )
 
 
 def post(route: str, body: bytes, *headers: tuple[str, str]) -> Request:
@@ -66,11 +70,16 @@ def test_upstream_with_a_path_keeps_it():
 
 def test_forward_drops_hop_by_hop_and_gateway_headers_but_keeps_credentials():
     request = post(
-        "/v1/chat/completions", chat("hi"),
-        ("Authorization", "Bearer sk-live"), ("Connection", "keep-alive, x-trace"),
-        ("x-trace", "1"), ("Host", "127.0.0.1:8765"), ("X-Forkpoint-Run", "r1"),
-        ("Content-Length", "10"), ("x-stainless-retry-count", "0"),
-    )  # fmt: skip
+        "/v1/chat/completions",
+        chat("hi"),
+        ("Authorization", "Bearer sk-live"),
+        ("Connection", "keep-alive, x-trace"),
+        ("x-trace", "1"),
+        ("Host", "127.0.0.1:8765"),
+        ("X-Forkpoint-Run", "r1"),
+        ("Content-Length", "10"),
+        ("x-stainless-retry-count", "0"),
+    )
     action = decide(Session(Run("r1")), request, CONFIG)
     assert isinstance(action, Forward)
     names = [k.lower() for k, _ in action.headers]
@@ -80,9 +89,12 @@ def test_forward_drops_hop_by_hop_and_gateway_headers_but_keeps_credentials():
 
 
 def test_credentials_are_redacted_in_what_is_recorded():
-    request = Request("GET", "/v1/models?key=sk-query&limit=2",
-                      (("Authorization", "Bearer sk-live"), ("x-api-key", "sk-ant"),
-                       ("Cookie", "session=abc")), b"")  # fmt: skip
+    request = Request(
+        "GET",
+        "/v1/models?key=sk-query&limit=2",
+        (("Authorization", "Bearer sk-live"), ("x-api-key", "sk-ant"), ("Cookie", "session=abc")),
+        b"",
+    )
     action = decide(Session(Run("r1")), request, CONFIG)
     assert isinstance(action, Forward)
     assert "sk-query" in action.url  # the upstream still gets the real key
@@ -113,8 +125,10 @@ def test_identical_requests_replay_in_recorded_order():
     session = replay_session(recorded_run(chat("same"), chat("same"), chat("same")))
     served = [decide(session, post("/v1/chat/completions", chat("same")), CONFIG) for _ in range(3)]
     assert [a.recorded.response_body for a in served if isinstance(a, Serve)] == [
-        b"answer 0", b"answer 1", b"answer 2",
-    ]  # fmt: skip
+        b"answer 0",
+        b"answer 1",
+        b"answer 2",
+    ]
 
 
 def test_parallel_requests_arriving_out_of_order_get_their_own_answers():
@@ -159,30 +173,56 @@ def test_volatile_fields_and_normalizers_are_ignored_by_matching():
     def drop_user(method: str, route: str, body: object) -> object:
         return {k: v for k, v in body.items() if k != "user"} if isinstance(body, dict) else body
 
-    config = EngineConfig(routes=CONFIG.routes, match=MatchConfig(
-        volatile_fields=("metadata.request_id", "messages.*.id"), normalizers=(drop_user,)))  # fmt: skip
-    recorded = orjson.dumps({"messages": [{"id": 1, "role": "user", "content": "x"}],
-                             "metadata": {"request_id": "a", "team": "t"}, "user": "u1"})  # fmt: skip
-    replayed = orjson.dumps({"messages": [{"id": 2, "role": "user", "content": "x"}],
-                             "metadata": {"request_id": "b", "team": "t"}, "user": "u2"})  # fmt: skip
+    config = EngineConfig(
+        routes=CONFIG.routes,
+        match=MatchConfig(
+            volatile_fields=("metadata.request_id", "messages.*.id"), normalizers=(drop_user,)
+        ),
+    )
+    recorded = orjson.dumps(
+        {
+            "messages": [{"id": 1, "role": "user", "content": "x"}],
+            "metadata": {"request_id": "a", "team": "t"},
+            "user": "u1",
+        }
+    )
+    replayed = orjson.dumps(
+        {
+            "messages": [{"id": 2, "role": "user", "content": "x"}],
+            "metadata": {"request_id": "b", "team": "t"},
+            "user": "u2",
+        }
+    )
     source = recorded_run(recorded)
-    assert isinstance(decide(replay_session(source, config), post("/v1/chat/completions", replayed), config), Serve)
+    assert isinstance(
+        decide(replay_session(source, config), post("/v1/chat/completions", replayed), config),
+        Serve,
+    )
     # …but only those: a different team is a different request.
     other_team = replayed.replace(b'"team":"t"', b'"team":"u"')
-    assert isinstance(decide(replay_session(source, config), post("/v1/chat/completions", other_team), config), Fail)
+    assert isinstance(
+        decide(replay_session(source, config), post("/v1/chat/completions", other_team), config),
+        Fail,
+    )
 
 
 def test_query_order_does_not_matter_but_the_route_does():
     source = recorded_run(b"", route="/tools/search?q=x&page=2")
     session = replay_session(source)
     assert isinstance(decide(session, post("/tools/search?page=2&q=x", b""), CONFIG), Serve)
-    assert isinstance(decide(replay_session(source), post("/tools/find?page=2&q=x", b""), CONFIG), Fail)
+    assert isinstance(
+        decide(replay_session(source), post("/tools/find?page=2&q=x", b""), CONFIG), Fail
+    )
 
 
 def test_non_json_bodies_match_byte_for_byte():
     source = recorded_run(b"\x00\x01binary", route="/tools/upload")
-    assert isinstance(decide(replay_session(source), post("/tools/upload", b"\x00\x01binary"), CONFIG), Serve)
-    assert isinstance(decide(replay_session(source), post("/tools/upload", b"\x00\x02binary"), CONFIG), Fail)
+    assert isinstance(
+        decide(replay_session(source), post("/tools/upload", b"\x00\x01binary"), CONFIG), Serve
+    )
+    assert isinstance(
+        decide(replay_session(source), post("/tools/upload", b"\x00\x02binary"), CONFIG), Fail
+    )
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "zstd"])
@@ -190,8 +230,10 @@ def test_compressed_request_bodies_match_their_plain_twin(encoding: str):
     import gzip
     import sys
 
-    zstd = __import__("compression.zstd" if sys.version_info >= (3, 14) else "backports.zstd",
-                      fromlist=["compress"])  # fmt: skip
+    zstd = __import__(
+        "compression.zstd" if sys.version_info >= (3, 14) else "backports.zstd",
+        fromlist=["compress"],
+    )
     body = chat("hello")
     packed = gzip.compress(body) if encoding == "gzip" else zstd.compress(body)
     session = replay_session(recorded_run(body))

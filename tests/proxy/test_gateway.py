@@ -40,17 +40,21 @@ class ToolService:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        return "http://127.0.0.1:%d" % self._runner.addresses[0][1]
+        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
 
     async def echo(self, request: web.Request) -> web.Response:
         self.hits += 1
         body = await request.read()
-        return web.Response(body=body, content_type=request.content_type or "application/octet-stream")
+        return web.Response(
+            body=body, content_type=request.content_type or "application/octet-stream"
+        )
 
     async def gzipped(self, request: web.Request) -> web.Response:
         self.hits += 1
-        return web.Response(body=gzip.compress(b'{"result": "compressed"}'),
-                            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})  # fmt: skip
+        return web.Response(
+            body=gzip.compress(b'{"result": "compressed"}'),
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        )
 
     async def stall(self, request: web.Request) -> web.Response:
         self.hits += 1
@@ -72,8 +76,9 @@ class ToolService:
     async def status(self, request: web.Request) -> web.Response:
         self.hits += 1
         code = int(request.match_info["code"])
-        return web.json_response({"error": {"message": f"status {code}"}}, status=code,
-                                 headers={"Retry-After": "1"})  # fmt: skip
+        return web.json_response(
+            {"error": {"message": f"status {code}"}}, status=code, headers={"Retry-After": "1"}
+        )
 
     def stop(self) -> None:
         self._thread.call(self._runner.cleanup())
@@ -87,18 +92,26 @@ def tools() -> Iterator[ToolService]:
     service.stop()
 
 
-def request(url: str, method: str = "GET", body: bytes | None = None,
-            headers: dict[str, str] | None = None, timeout: float = 10) -> tuple[int, dict, bytes]:  # fmt: skip
+def request(
+    url: str,
+    method: str = "GET",
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10,
+) -> tuple[int, dict, bytes]:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
     try:
-        conn.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=body,
-                     headers=headers or {})  # fmt: skip
+        conn.request(
+            method,
+            parts.path + (f"?{parts.query}" if parts.query else ""),
+            body=body,
+            headers=headers or {},
+        )
         response = conn.getresponse()
         return response.status, dict(response.getheaders()), response.read()
     finally:
         conn.close()
-
 
 
 @pytest.fixture
@@ -115,7 +128,9 @@ def replay(start_proxy, recording):  # type: ignore[no-untyped-def]
     return thread
 
 
-def test_malformed_json_and_binary_bodies_pass_through_and_replay(start_proxy, store, recording, tools):
+def test_malformed_json_and_binary_bodies_pass_through_and_replay(
+    start_proxy, store, recording, tools
+):
     bodies = [b'{"broken": ', bytes(range(256)) * 4, b"\x1f\x8b not really gzip"]
     live = [request(recording.proxy.url + "/tools/echo", "POST", body)[2] for body in bodies]
     assert live == bodies
@@ -126,8 +141,13 @@ def test_malformed_json_and_binary_bodies_pass_through_and_replay(start_proxy, s
 
 
 def test_compressed_responses_are_passed_and_stored_as_sent(start_proxy, store, recording):
-    status, headers, body = request(recording.proxy.url + "/tools/gzip", headers={"Accept-Encoding": "gzip"})
-    assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == b'{"result": "compressed"}'
+    _, headers, body = request(
+        recording.proxy.url + "/tools/gzip", headers={"Accept-Encoding": "gzip"}
+    )
+    assert (
+        headers["Content-Encoding"] == "gzip"
+        and gzip.decompress(body) == b'{"result": "compressed"}'
+    )
     replaying = replay(start_proxy, recording)
     [exchange] = store.exchanges(recording.run.id)
     assert exchange.response_body == body
@@ -176,20 +196,27 @@ def test_an_unreachable_upstream_gets_a_clear_502(start_proxy, store):
     thread.proxy.sessions.start_record()
     with openai.OpenAI(base_url=thread.proxy.url + "/v1", api_key="k", max_retries=0) as client:
         with pytest.raises(openai.InternalServerError) as caught:
-            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+            client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+            )
     assert caught.value.status_code == 502 and "cannot reach upstream" in caught.value.message
 
 
 def test_an_upstream_that_cuts_a_stream_is_recorded_as_incomplete_and_cut_again_on_replay(
     start_upstream, start_proxy, store
 ):
-    upstream = start_upstream(ScriptedUpstream(lambda p: Reply(text="a b c d e f g h", cut_after=4)))
+    upstream = start_upstream(
+        ScriptedUpstream(lambda p: Reply(text="a b c d e f g h", cut_after=4))
+    )
     thread = start_proxy(upstream.url)
     run = thread.proxy.sessions.start_record().run
     with openai.OpenAI(base_url=thread.proxy.url + "/v1", api_key="k", max_retries=0) as client:
         with pytest.raises(openai.APIError):
-            list(client.chat.completions.create(model="gpt-4o", stream=True,
-                 messages=[{"role": "user", "content": "x"}]))  # fmt: skip
+            list(
+                client.chat.completions.create(
+                    model="gpt-4o", stream=True, messages=[{"role": "user", "content": "x"}]
+                )
+            )
     thread.close()
     [exchange] = store.exchanges(run.id)
     assert exchange.complete is False and "cut" in (exchange.error or "")
@@ -199,8 +226,11 @@ def test_an_upstream_that_cuts_a_stream_is_recorded_as_incomplete_and_cut_again_
     replaying.proxy.sessions.start_replay(run.id)
     with openai.OpenAI(base_url=replaying.proxy.url + "/v1", api_key="k", max_retries=0) as client:
         with pytest.raises(openai.APIError):
-            list(client.chat.completions.create(model="gpt-4o", stream=True,
-                 messages=[{"role": "user", "content": "x"}]))  # fmt: skip
+            list(
+                client.chat.completions.create(
+                    model="gpt-4o", stream=True, messages=[{"role": "user", "content": "x"}]
+                )
+            )
 
 
 def test_a_client_that_hangs_up_mid_stream_loses_nothing_and_others_are_served(
@@ -231,12 +261,16 @@ def test_runs_are_chosen_by_path_prefix_or_header(start_proxy, store, tools):
     default = thread.proxy.sessions.start_record().run
     request(thread.proxy.url + "/tools/echo", "POST", b"default")
     request(thread.proxy.url + "/r/run-a/tools/echo", "POST", b"prefixed")
-    request(thread.proxy.url + "/tools/echo", "POST", b"header", headers={"X-Forkpoint-Run": "run-b"})
+    request(
+        thread.proxy.url + "/tools/echo", "POST", b"header", headers={"X-Forkpoint-Run": "run-b"}
+    )
     status, _, _ = request(thread.proxy.url + "/r/bad%20id!/tools/echo", "POST", b"")
     thread.close()
     assert status == 400
-    bodies = {run: [e.request_body for e in store.exchanges(run)]
-              for run in (default.id, "run-a", "run-b")}  # fmt: skip
+    bodies = {
+        run: [e.request_body for e in store.exchanges(run)]
+        for run in (default.id, "run-a", "run-b")
+    }
     assert bodies == {default.id: [b"default"], "run-a": [b"prefixed"], "run-b": [b"header"]}
     assert store.get_run("run-a").status is RunStatus.FINISHED
     [with_header] = store.exchanges("run-b")
@@ -244,19 +278,25 @@ def test_runs_are_chosen_by_path_prefix_or_header(start_proxy, store, tools):
 
 
 def test_an_error_reply_from_the_llm_is_recorded_and_replayed(start_upstream, start_proxy, store):
-    upstream = start_upstream(ScriptedUpstream(lambda p: ErrorReply(429, "slow down", "rate_limit_error")))
+    upstream = start_upstream(
+        ScriptedUpstream(lambda p: ErrorReply(429, "slow down", "rate_limit_error"))
+    )
     thread = start_proxy(upstream.url)
     run = thread.proxy.sessions.start_record().run
     for base in (thread.proxy.url,):
         with openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0) as client:
             with pytest.raises(openai.RateLimitError, match="slow down"):
-                client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+                client.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": "x"}]
+                )
     thread.close()
     upstream.stop()
     replaying = start_proxy(None)
     replaying.proxy.sessions.start_replay(run.id)
     with openai.OpenAI(base_url=replaying.proxy.url + "/v1", api_key="k", max_retries=0) as client:
         with pytest.raises(openai.RateLimitError, match="slow down"):
-            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+            client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "x"}]
+            )
     [exchange] = store.exchanges(run.id)
     assert exchange.status == 429 and exchange.origin is Origin.LIVE

@@ -1,0 +1,175 @@
+"""The support agent example, end to end through the real CLI: record, stop everything, replay.
+
+The fake LLM and the tool service run in the test process on free ports, so the test can count
+what reached them; `forkpoint` and the agent run as subprocesses, as a user runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from examples.support_agent.script import support_script
+from examples.support_agent.tools_service import REFUNDS, create_app
+from forkpoint.loop_thread import LoopThread
+from forkpoint.testing.script import parse_prompt
+from forkpoint.testing.upstream import Reply, ScriptedUpstream, ToolCallSpec
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT = REPO / "examples" / "support_agent" / "agent.py"
+TICKET = "My order A1001 arrived but the shoes don't fit. Can I get a refund?"
+ANSWER = "Refund of $89.90 issued for order A1001 (RF-7001)."
+# The console script sits next to the interpreter in a venv; there is no `python -m forkpoint`.
+BIN = Path(sys.executable).parent
+FORKPOINT = shutil.which("forkpoint", path=str(BIN)) or shutil.which("forkpoint")
+
+
+class RunningTools:
+    """The tool service on its own loop thread, stoppable mid-test like the fake LLM."""
+
+    def __init__(self) -> None:
+        self.app = create_app()
+        self._thread = LoopThread("support-tools")
+        self.url = self._thread.call(self._start())
+
+    async def _start(self) -> str:
+        self._runner = web.AppRunner(self.app, access_log=None)  # made on the loop that runs it
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        host, port = self._runner.addresses[0][:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        if not self._thread.loop.is_closed():
+            self._thread.call(self._runner.cleanup())
+            self._thread.close()
+
+
+@pytest.fixture
+def tools() -> Iterator[RunningTools]:
+    running = RunningTools()
+    yield running
+    running.stop()
+
+
+def forkpoint(*args: str, api_key: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would, with none of the caller's agent or forkpoint settings."""
+    assert FORKPOINT, "the forkpoint console script is not installed"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "SUPPORT_", "FORKPOINT_"))
+    }
+    if api_key:
+        env["OPENAI_API_KEY"] = "sk-test"
+    return subprocess.run(
+        [FORKPOINT, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def answer_and_run(done: subprocess.CompletedProcess[str]) -> tuple[str, str]:
+    """Split a record/replay's stdout into the agent's answer and the run id printed last."""
+    assert done.returncode == 0, done.stderr
+    *answer, run_id = done.stdout.strip().splitlines()
+    return "\n".join(answer), run_id
+
+
+def test_record_then_replay_offline(start_upstream, tools, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    llm = start_upstream(ScriptedUpstream(support_script, chunk_delay=0.01))
+    cassette = str(tmp_path / "demo.db")
+    agent = [sys.executable, str(AGENT), TICKET]
+
+    recorded = forkpoint(
+        "record", "--cassette", cassette, "--name", "ticket", "--upstream", llm.url,
+        "--route", f"tools={tools.url}", "--", *agent,
+    )  # fmt: skip
+    answer, run_id = answer_and_run(recorded)
+    assert answer == ANSWER
+    assert "tools: lookup_order(" in recorded.stderr
+    assert llm.request_count == 4
+    assert len(tools.app[REFUNDS]) == 1
+
+    llm.stop()
+    tools.stop()
+    replayed = forkpoint("replay", "--cassette", cassette, "ticket", "--", *agent, api_key=False)
+    replay_answer, replay_id = answer_and_run(replayed)
+    assert replay_answer == answer
+    assert llm.request_count == 4
+    assert len(tools.app[REFUNDS]) == 1
+
+    shown = json.loads(forkpoint("show", "--cassette", cassette, run_id, "--json").stdout)
+    assert shown["status"] == "finished"
+    exchanges = shown["exchanges"]
+    assert [(e["kind"], e["method"], e["route"], e["status"]) for e in exchanges] == [
+        ("llm", "POST", "/v1/chat/completions", 200),
+        ("tool", "GET", "/tools/orders/A1001", 200),
+        ("llm", "POST", "/v1/chat/completions", 200),
+        ("tool", "GET", "/tools/refund-policy", 200),
+        ("llm", "POST", "/v1/chat/completions", 200),
+        ("tool", "POST", "/tools/refunds", 201),
+        ("llm", "POST", "/v1/chat/completions", 200),
+    ]
+    llm_calls = [e for e in exchanges if e["kind"] == "llm"]
+    assert all(e["model"] == "gpt-4o-mini" and e["streamed"] for e in llm_calls)
+    assert all(e["usage"]["input"] > 0 and e["usage"]["output"] > 0 for e in llm_calls)
+    called = [c["name"] for e in llm_calls for c in e["tool_calls"]]
+    assert called == ["lookup_order", "refund_policy", "issue_refund"]
+
+    replay = json.loads(forkpoint("show", "--cassette", cassette, replay_id, "--json").stdout)
+    assert (replay["mode"], replay["status"], replay["parent_id"]) == ("replay", "finished", run_id)
+    assert {e["origin"] for e in replay["exchanges"]} == {"replayed"}
+
+
+def chat(model: str, *tool_turns: tuple[str, dict[str, Any], Any]) -> Reply:
+    """`support_script`'s reply to a Chat Completions history of the ticket and tool turns."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": TICKET}]
+    for n, (name, arguments, result) in enumerate(tool_turns):
+        call = {"id": f"call_{n}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)}}  # fmt: skip
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append(
+            {"role": "tool", "tool_call_id": f"call_{n}", "content": json.dumps(result)}
+        )
+    reply = support_script(parse_prompt("openai_chat", {"model": model, "messages": messages}))
+    assert isinstance(reply, Reply)
+    return reply
+
+
+ORDER = {"order_id": "A1001", "item": "Shoes", "amount": 89.9, "status": "delivered",
+         "days_since_delivery": 12}  # fmt: skip
+POLICY = {"policy": "30 days", "window_days": 30}
+
+
+def test_script_refunds_an_eligible_order() -> None:
+    assert chat("gpt-4o-mini").tool_calls == (ToolCallSpec("lookup_order", {"order_id": "A1001"}),)
+    looked_up = ("lookup_order", {"order_id": "A1001"}, ORDER)
+    assert chat("gpt-4o-mini", looked_up).tool_calls == (ToolCallSpec("refund_policy"),)
+    read_policy = ("refund_policy", {}, POLICY)
+    refund = chat("gpt-4o-mini", looked_up, read_policy).tool_calls
+    assert refund == (ToolCallSpec("issue_refund", {"order_id": "A1001", "amount": 89.9}),)
+    refunded = ("issue_refund", refund[0].arguments, {"refund_id": "RF-1", "amount": 89.9})
+    assert chat("gpt-4o-mini", looked_up, read_policy, refunded).text == (
+        "Refund of $89.90 issued for order A1001 (RF-1)."
+    )
+
+
+def test_script_skips_the_refund_outside_the_window_and_words_it_by_model() -> None:
+    late = ("lookup_order", {"order_id": "A1001"}, {**ORDER, "days_since_delivery": 45})
+    read_policy = ("refund_policy", {}, POLICY)
+    terse = chat("gpt-4o-mini", late, read_policy)
+    chatty = chat("gpt-4o", late, read_policy)
+    assert not terse.tool_calls and not chatty.tool_calls
+    assert terse.text == (
+        "No refund for order A1001 ($89.90): it was delivered 45 days ago, "
+        "outside the 30-day refund window."
+    )
+    assert chatty.text and chatty.text.startswith("I'm sorry, but I can't refund order A1001")
