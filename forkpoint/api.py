@@ -56,7 +56,8 @@ def agent_env(url: str, run_id: str, *, mode: Mode, base: Mapping[str, str] = os
     env = dict(base)
     if mode is Mode.REPLAY:
         for key, value in REPLAY_KEYS.items():
-            env.setdefault(key, value)
+            if not env.get(key):
+                env[key] = value
     env.update(
         OPENAI_BASE_URL=f"{url}/v1",
         OPENAI_API_BASE=f"{url}/v1",  # LangChain reads this one before OPENAI_BASE_URL
