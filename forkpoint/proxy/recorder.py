@@ -14,6 +14,7 @@ import time
 
 from forkpoint.cassettes.models import Exchange
 from forkpoint.cassettes.store import Store
+from forkpoint.errors import CassetteError
 from forkpoint.proxy.dialects import summarize_exchange
 
 log = logging.getLogger(__name__)
@@ -70,18 +71,25 @@ class Recorder:
         for exchange in exchanges:
             if exchange.summary is None:
                 exchange.summary = summarize_exchange(exchange)
+        try:
+            self._store.add_exchanges(exchanges)
+            return
+        except Exception:
+            log.warning("forkpoint: cassette write failed, retrying one by one", exc_info=True)
+        # One bad exchange must not take the rest of its batch down with it.
+        for exchange in exchanges:
+            self._write_one(exchange)
+
+    def _write_one(self, exchange: Exchange) -> None:
         for attempt in range(1, RETRIES + 1):
             try:
-                self._store.add_exchanges(exchanges)
+                self._store.add_exchanges([exchange])
                 return
-            except Exception:
-                if attempt == RETRIES:
+            except Exception as error:
+                # A lock or a full disk may clear; a broken exchange never will.
+                if attempt == RETRIES or not isinstance(error, CassetteError):
                     log.exception(
-                        "forkpoint: could not write %d exchange(s) (run %s, steps %s)",
-                        len(exchanges),
-                        exchanges[0].run_id,
-                        [e.step for e in exchanges],
+                        "forkpoint: could not write run %s step %d", exchange.run_id, exchange.step
                     )
                     return
-                log.warning("forkpoint: cassette write failed, retrying", exc_info=True)
                 time.sleep(min(0.05 * 2**attempt, 2.0))
