@@ -16,9 +16,11 @@ from pathlib import Path
 from forkpoint.cassettes.models import Exchange, Mode, Run, RunStatus
 from forkpoint.cassettes.sqlite import DEFAULT_PATH, SqliteStore
 from forkpoint.errors import ConfigError
-from forkpoint.proxy.engine import EngineConfig, Routes
+from forkpoint.proxy.changes import Change, load_patch
+from forkpoint.proxy.engine import EngineConfig, OnDivergence, Routes
 from forkpoint.proxy.gateway import Pace
 from forkpoint.proxy.matching import MatchConfig
+from forkpoint.proxy.mocks import parse_mock
 from forkpoint.proxy.server import Proxy
 
 DEFAULT_UPSTREAM = "https://api.openai.com"
@@ -101,9 +103,17 @@ def replay(
     pace: Pace = Pace(),
     name: str | None = None,
     port: int = 0,
+    on_divergence: OnDivergence = OnDivergence.FAIL,
+    upstream: str | None = DEFAULT_UPSTREAM,
+    routes: Mapping[str, str] | None = None,
 ) -> Result:
-    """Run `cmd` against a recorded run, offline: every response comes from the cassette."""
-    config = engine_config(None)
+    """Run `cmd` against a recorded run, offline: every response comes from the cassette.
+
+    With `on_divergence=live` the replay forks itself at the first request the recording
+    lacks and goes on live (to `upstream` and `routes`); otherwise nothing reaches the network.
+    """
+    live = on_divergence is OnDivergence.LIVE
+    config = engine_config(upstream if live else None, routes if live else None)
     return asyncio.run(
         _run_command(
             cmd,
@@ -111,9 +121,73 @@ def replay(
             config,
             port=port,
             pace=pace,
-            start=lambda proxy: proxy.sessions.start_replay(run, name=name),
+            start=lambda proxy: proxy.sessions.start_replay(
+                run, name=name, on_divergence=on_divergence
+            ),
         )
     )
+
+
+def fork(
+    run: str,
+    cmd: Sequence[str],
+    *,
+    at: int,
+    change: Change = Change(),
+    cassette: str | os.PathLike[str] | None = None,
+    upstream: str | None = DEFAULT_UPSTREAM,
+    routes: Mapping[str, str] | None = None,
+    name: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    on_divergence: OnDivergence = OnDivergence.FAIL,
+    pace: Pace = Pace(),
+    port: int = 0,
+) -> Result:
+    """Run `cmd` as a child of `run`: steps < `at` served from the cassette, then live with
+    `change` applied, recorded as a new run whose parent is `run`."""
+    config = engine_config(upstream, routes)
+    return asyncio.run(
+        _run_command(
+            cmd,
+            cassette,
+            config,
+            port=port,
+            pace=pace,
+            start=lambda proxy: proxy.sessions.start_fork(
+                run, at=at, change=change, on_divergence=on_divergence, name=name,
+                labels=dict(labels) if labels else None,
+            ),
+        )
+    )  # fmt: skip
+
+
+def make_change(
+    *,
+    model: str | None = None,
+    upstream: str | None = None,
+    system_prompt: str | None = None,
+    patch: str | None = None,
+    mocks: Sequence[str] = (),
+    base_dir: Path = Path(),
+) -> Change:
+    """A Change from the CLI's text options; `@FILE` reads a prompt or patch from a file."""
+    return Change(
+        model=model,
+        upstream=upstream,
+        system_prompt=None if system_prompt is None else _text_or_file(system_prompt, base_dir),
+        patch=() if patch is None else load_patch(_text_or_file(patch, base_dir)),
+        mocks=tuple(parse_mock(text, base_dir=base_dir) for text in mocks),
+    )
+
+
+def _text_or_file(value: str, base_dir: Path) -> str:
+    if not value.startswith("@"):
+        return value
+    path = base_dir / value[1:]
+    try:
+        return path.read_text()
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from error
 
 
 async def _run_command(cmd, cassette, config, *, start, **options) -> Result:  # type: ignore[no-untyped-def]

@@ -13,6 +13,7 @@ import orjson
 from forkpoint import api
 from forkpoint.cassettes.models import Exchange, Run
 from forkpoint.errors import ForkpointError
+from forkpoint.proxy.engine import OnDivergence
 from forkpoint.proxy.gateway import Pace
 
 
@@ -121,20 +122,34 @@ def record(
     help="Stream timing: fast, recorded, or xN (N times faster than recorded).",
 )
 @click.option("--name", help="A name for the replay run.")
+@click.option(
+    "--on-divergence",
+    type=click.Choice(["fail", "live"]),
+    default="fail",
+    show_default=True,
+    help="A request the recording lacks: fail, or fork there and go on live.",
+)
+@upstream_options
 @click.option("--port", default=0, help="Port for the proxy [default: a free one].")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
 def replay(
-    cassette: str | None, run: str, pace: str, name: str | None, port: int, cmd: tuple[str, ...]
-) -> None:
+    cassette: str | None, run: str, pace: str, name: str | None, on_divergence: str,
+    upstream: str, routes: tuple[str, ...], port: int, cmd: tuple[str, ...],
+) -> None:  # fmt: skip
     """Run CMD against recorded RUN, offline: no request reaches the network.
 
     A request the recording does not have is a divergence: the agent gets an error naming the
-    nearest recorded exchange, and the replay run ends `diverged`.
+    nearest recorded exchange, and the replay run ends `diverged`. With --on-divergence live
+    the replay forks there instead and goes on live (to --upstream / --route).
 
     Example: forkpoint replay ticket-1 -- python examples/support_agent/agent.py
     """
-    result = api.replay(run, cmd, cassette=cassette, pace=Pace.parse(pace), name=name, port=port)
+    result = api.replay(
+        run, cmd, cassette=cassette, pace=Pace.parse(pace), name=name, port=port,
+        on_divergence=OnDivergence(on_divergence), upstream=upstream,
+        routes=parse_pairs(routes, "--route"),
+    )  # fmt: skip
     _report(result)
 
 
@@ -191,14 +206,42 @@ def runs(cassette: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(orjson.dumps([_run_json(r, e) for r, e in found], option=orjson.OPT_INDENT_2))
         return
-    click.echo(f"{'id':26}  {'status':9}  {'steps':>5}  {'tokens':>7}  {'mode':6}  name / parent")
-    for run, exchanges in found:
+    click.echo(f"{'id':30}  {'status':9}  {'steps':>5}  {'tokens':>7}  {'mode':6}  name / change")
+    for depth, (run, exchanges) in tree_order(found):
         tokens = sum(e.summary.usage.total for e in exchanges if e.summary and e.summary.usage)
-        origin = f"  ← {run.parent_id}" if run.parent_id else ""
+        indent = "  " * (depth - 1) + "└─ " if depth else ""
         click.echo(
-            f"{run.id:26}  {run.status:9}  {len(exchanges):>5}  {tokens:>7}  "
-            f"{run.mode:6}  {run.name or ''}{origin}"
+            f"{indent + run.id:30}  {run.status:9}  {len(exchanges):>5}  {tokens:>7}  "
+            f"{run.mode:6}  {run.name or ''}{describe_branch(run)}"
         )
+
+
+def tree_order(
+    found: list[tuple[Run, list[Exchange]]],
+) -> list[tuple[int, tuple[Run, list[Exchange]]]]:
+    """Runs depth-first: each parent followed by its children (forks, replays), oldest first."""
+    children: dict[str | None, list[tuple[Run, list[Exchange]]]] = {}
+    ids = {run.id for run, _ in found}
+    for item in found:
+        parent = item[0].parent_id if item[0].parent_id in ids else None
+        children.setdefault(parent, []).append(item)
+    ordered: list[tuple[int, tuple[Run, list[Exchange]]]] = []
+
+    def visit(parent: str | None, depth: int) -> None:
+        for item in children.get(parent, []):
+            ordered.append((depth, item))
+            visit(item[0].id, depth + 1)
+
+    visit(None, 0)
+    return ordered
+
+
+def describe_branch(run: Run) -> str:
+    if run.parent_id is None:
+        return ""
+    at = f" @ step {run.fork_step}" if run.fork_step is not None else ""
+    change = ", ".join(f"{k}={v}" for k, v in (run.change or {}).items())
+    return f"  [{run.mode}{at}{': ' + change if change else ''}]"
 
 
 @main.command()
@@ -284,3 +327,12 @@ def _exchange_json(e: Exchange) -> dict[str, Any]:
         "ttfb_ms": e.ttfb_ms,
         "duration_ms": e.duration_ms,
     }
+
+
+def _register_commands() -> None:
+    from forkpoint.fork_cli import fork
+
+    main.add_command(fork)
+
+
+_register_commands()

@@ -25,6 +25,7 @@ class Mode(StrEnum):
 
     RECORD = "record"
     REPLAY = "replay"
+    FORK = "fork"
 
 
 class Origin(StrEnum):
@@ -32,6 +33,7 @@ class Origin(StrEnum):
 
     LIVE = "live"
     REPLAYED = "replayed"
+    MOCKED = "mocked"
     DIVERGED = "diverged"
 
 
@@ -122,6 +124,11 @@ class Exchange:
     @property
     def streamed(self) -> bool:
         return self.chunks is not None
+
+    @property
+    def content_encoding(self) -> str | None:
+        """The request body's encoding (rare, but some clients gzip large requests)."""
+        return next((v for k, v in self.request_headers if k.lower() == "content-encoding"), None)
 
 
 @dataclass(slots=True)

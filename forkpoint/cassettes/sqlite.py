@@ -157,11 +157,16 @@ class SqliteStore:
                 ),
             )  # fmt: skip
 
-    def finish_run(self, run_id: str, status: RunStatus, *, error: str | None = None) -> None:
+    def finish_run(
+        self, run_id: str, status: RunStatus, *, error: str | None = None,
+        fork_step: int | None = None,
+    ) -> None:  # fmt: skip
+        """Close a run; `fork_step` records where a replay that went live actually forked."""
         with self._transaction() as conn:
             conn.execute(
-                "UPDATE runs SET status=?, ended_at=?, error=? WHERE id=?",
-                (status, time.time(), error, run_id),
+                "UPDATE runs SET status=?, ended_at=?, error=?, "
+                "fork_step=coalesce(?, fork_step) WHERE id=?",
+                (status, time.time(), error, fork_step, run_id),
             )
 
     def get_run(self, run_id: str) -> Run:

@@ -13,7 +13,14 @@ class Store(Protocol):
 
     def create_run(self, run: Run) -> None: ...
 
-    def finish_run(self, run_id: str, status: RunStatus, *, error: str | None = None) -> None: ...
+    def finish_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        fork_step: int | None = None,
+    ) -> None: ...
 
     def get_run(self, run_id: str) -> Run: ...
 

@@ -1,23 +1,33 @@
-"""The engine decides, the front doors act: sans-io replay and record logic.
+"""The engine decides, the front doors act: sans-io record, replay and fork logic.
 
-Given a session and a request, `decide` returns one action — forward it upstream, serve a
-recorded exchange, or fail with a divergence report — together with the exchange record the
-front door completes and hands to the recorder. It imports no aiohttp, mitmproxy or sqlite, so
-every rule here is tested with plain data.
+Given a session and a request, `decide` returns one action — forward it upstream (with the
+fork's change applied), serve a recorded or mocked exchange, run a mock callable, or fail with
+a divergence report — together with the exchange record the front door completes and hands to
+the recorder. It imports no aiohttp, mitmproxy or sqlite, so every rule here is tested with
+plain data.
+
+A session replays its source run while it is not live: a request is answered with the earliest
+unserved recorded exchange that has its fingerprint. It goes live at its fork step (a fork),
+at the first request the recording lacks when the divergence policy is `live`, or never (a
+replay, where such a request fails). A recording session is live from its first step.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
 from urllib.parse import urlsplit
 
 from forkpoint.cassettes.models import Exchange, Headers, Mode, Origin, Run, RunStatus
-from forkpoint.proxy import matching
-from forkpoint.proxy.dialects import dialect_for
-from forkpoint.proxy.encoding import header
+from forkpoint.errors import ConfigError
+from forkpoint.proxy import changes, matching
+from forkpoint.proxy.changes import Change
+from forkpoint.proxy.dialects import GENERIC, dialect_for
+from forkpoint.proxy.divergence import Divergence, find_divergence
+from forkpoint.proxy.encoding import UndecodableBody, decode_body, header
 from forkpoint.proxy.matching import MatchConfig
+from forkpoint.proxy.mocks import MockKind, MockRule, first_match
 from forkpoint.proxy.redaction import (
     CREDENTIAL_HEADERS,
     CREDENTIAL_QUERY,
@@ -49,14 +59,14 @@ class Routes:
     default: str | None = None
     prefixes: dict[str, str] = field(default_factory=dict)
 
-    def resolve(self, route: str) -> str | None:
-        """The upstream URL for a route, or None when no upstream serves it."""
+    def resolve(self, route: str, *, default: str | None = None) -> str | None:
+        """The upstream URL for a route, or None when no upstream serves it. `default`
+        overrides every upstream (a fork's `--upstream` for its LLM requests)."""
         segment, _, rest = route.lstrip("/").partition("/")
         if segment in self.prefixes:
-            return _join(self.prefixes[segment], "/" + rest)
-        if self.default is None:
-            return None
-        return _join(self.default, route)
+            return _join(default or self.prefixes[segment], "/" + rest)
+        base = default or self.default
+        return None if base is None else _join(base, route)
 
 
 def _join(base: str, route: str) -> str:
@@ -71,6 +81,13 @@ class EngineConfig:
     redact_query: frozenset[str] = CREDENTIAL_QUERY
 
 
+class OnDivergence(StrEnum):
+    """What a replaying session does with a request its recording lacks."""
+
+    FAIL = "fail"
+    LIVE = "live"
+
+
 @dataclass(frozen=True, slots=True)
 class Forward:
     url: str
@@ -81,34 +98,19 @@ class Forward:
 
 @dataclass(frozen=True, slots=True)
 class Serve:
+    """Answer with `recorded` (a recorded exchange, or a mock's static response)."""
+
     recorded: Exchange
     record: Exchange
 
 
 @dataclass(frozen=True, slots=True)
-class Divergence:
-    run_id: str
-    source_run_id: str
-    step: int
-    method: str
-    route: str
-    nearest_step: int | None
-    diff: tuple[str, ...]
+class Mock:
+    """Answer with what the rule's callable returns for the request."""
 
-    def message(self) -> str:
-        lines = [
-            f"forkpoint divergence: run {self.run_id} replaying {self.source_run_id}, "
-            f"step {self.step}: no recorded exchange matches {self.method} {self.route}."
-        ]
-        if self.nearest_step is None:
-            lines.append(f"The recording has no unserved {self.method} request to any route.")
-        else:
-            lines.append(
-                f"Nearest recorded exchange: step {self.nearest_step}. Body differences "
-                "(recorded → this request):"
-            )
-            lines += [f"  {line}" for line in self.diff] or ["  (bodies equal; route differs)"]
-        return "\n".join(lines)
+    rule: MockRule
+    request: Request
+    record: Exchange
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,7 @@ class Fail:
     divergence: Divergence | None = None
 
 
-Action = Forward | Serve | Fail
+Action = Forward | Serve | Mock | Fail
 
 
 @dataclass(eq=False)
@@ -129,7 +131,11 @@ class Session:
 
     run: Run
     source: list[Exchange] = field(default_factory=list)
+    fork_step: int | None = None
+    on_divergence: OnDivergence = OnDivergence.FAIL
+    change: Change = Change()
     next_step: int = 0
+    live: bool = True
     _unserved: dict[str, deque[Exchange]] = field(default_factory=dict)
 
     @property
@@ -137,107 +143,135 @@ class Session:
         return self.run.mode
 
     def load(self, source: list[Exchange], config: EngineConfig) -> None:
-        """Index a recorded run for replay; fingerprints are recomputed under today's config."""
+        """Index a recorded run to replay; fingerprints are recomputed under today's config."""
         self.source = source
+        self.live = self.fork_step == 0
         self._unserved.clear()
         for exchange in source:
-            key = _fingerprint(
-                exchange.method,
-                exchange.route,
-                exchange.request_body,
-                exchange.request_headers,
-                config,
-            )
+            key = matching.fingerprint(
+                exchange.method, exchange.route, exchange.request_body,
+                exchange.content_encoding, config.match,
+            )  # fmt: skip
             self._unserved.setdefault(key, deque()).append(exchange)
 
-    def take(self, key: str) -> Exchange | None:
+    def take(self, key: str, *, before: int | None = None) -> Exchange | None:
+        """The earliest unserved recorded exchange with this fingerprint (and a step < before)."""
         queue = self._unserved.get(key)
-        return queue.popleft() if queue else None
+        if not queue or (before is not None and queue[0].step >= before):
+            return None
+        return queue.popleft()
 
     def unserved(self) -> list[Exchange]:
         return sorted((e for q in self._unserved.values() for e in q), key=lambda e: e.step)
 
-    def diverge(self) -> None:
-        self.run.status = RunStatus.DIVERGED
+    def go_live(self, step: int) -> None:
+        self.live = True
+        if self.fork_step is None or step < self.fork_step:
+            self.fork_step = step
+        self.run.fork_step = self.fork_step
 
 
 def decide(session: Session, request: Request, config: EngineConfig) -> Action:
     step = session.next_step
     session.next_step += 1
     route = redact_route(request.route, config.redact_query)
-    stored_headers = redact_headers(
-        end_to_end(request.headers, drop=frozenset({RUN_HEADER})), config.redact_headers
-    )
-    key = _fingerprint(request.method, route, request.body, request.headers, config)
+    key = matching.fingerprint(
+        request.method, route, request.body, header(request.headers, "content-encoding"),
+        config.match,
+    )  # fmt: skip
     record = Exchange(
         run_id=session.run.id,
         step=step,
         method=request.method,
         route=route,
-        request_headers=stored_headers,
+        request_headers=redact_headers(
+            end_to_end(request.headers, drop=frozenset({RUN_HEADER})), config.redact_headers
+        ),
         request_body=request.body,
         fingerprint=key,
     )
-    if session.mode is Mode.REPLAY:
-        recorded = session.take(key)
-        if recorded is not None:
+    if not session.live:
+        if session.fork_step is not None and step >= session.fork_step:
+            session.go_live(step)
+        elif (recorded := session.take(key, before=session.fork_step)) is not None:
             record.origin = Origin.REPLAYED
             return Serve(recorded, record)
-        return _diverge(session, request, route, record, config)
+        elif session.on_divergence is OnDivergence.LIVE:
+            session.go_live(step)
+        else:
+            return _diverge(session, request, record, config)
+    return _live(session, request, record, config)
+
+
+def _live(session: Session, request: Request, record: Exchange, config: EngineConfig) -> Action:
+    change = session.change
     url = config.routes.resolve(request.route)
+    rule = first_match(change.mocks, request.method, request.route, url)
+    if rule is not None and rule.kind is not MockKind.LIVE:
+        return _mock(session, rule, request, record, config)
+    dialect = dialect_for(request.method, urlsplit(request.route).path)
+    body, headers = request.body, end_to_end(request.headers, drop=GATEWAY_HEADERS)
+    if dialect is not GENERIC:
+        if change.upstream:
+            url = config.routes.resolve(request.route, default=change.upstream)
+        if change.rewrites():
+            try:
+                body = changes.apply(change, dialect.name, _plain(request))
+            except ConfigError as error:
+                return _fail(record, 400, f"forkpoint: {error}", "forkpoint_change")
+            if body != request.body:
+                headers = tuple((k, v) for k, v in headers if k.lower() != "content-encoding")
     if url is None:
-        return _fail(
-            record,
-            502,
-            f"forkpoint has no upstream for {request.route}; "
-            "start it with --upstream URL or --route NAME=URL",
-            "forkpoint_no_upstream",
-        )
-    forward_headers = end_to_end(request.headers, drop=GATEWAY_HEADERS)
+        message = (f"forkpoint has no upstream for {request.route}; "
+                   "start it with --upstream URL or --route NAME=URL")  # fmt: skip
+        return _fail(record, 502, message, "forkpoint_no_upstream")
     record.upstream = redact_route(url, config.redact_query)
-    return Forward(url, forward_headers, request.body, record)
+    if body != request.body:
+        record.request_body = body  # what was sent is what the child run did
+    return Forward(url, headers, body, record)
 
 
-def _fingerprint(
-    method: str, route: str, body: bytes, headers: Headers, config: EngineConfig
-) -> str:
-    encoding = header(headers, "content-encoding")
-    return matching.fingerprint(method, route, body, encoding, config.match)
+def _plain(request: Request) -> bytes:
+    """The request body without its content-encoding, so a change can rewrite it."""
+    try:
+        return decode_body(request.body, header(request.headers, "content-encoding"))
+    except UndecodableBody:
+        return request.body
 
 
-def _diverge(
-    session: Session, request: Request, route: str, record: Exchange, config: EngineConfig
-) -> Fail:
-    session.diverge()
-    got = _comparable(request.method, route, request.body, request.headers, config)
-    path = urlsplit(route).path
-    same_route = [e for e in session.unserved() if e.method == request.method]
-    same_route.sort(key=lambda e: (urlsplit(e.route).path != path, e.step))
-    candidates = [
-        (e.step, _comparable(e.method, e.route, e.request_body, e.request_headers, config))
-        for e in same_route[:50]
-    ]
-    best = matching.nearest(got, candidates)
-    divergence = Divergence(
-        run_id=session.run.id,
-        source_run_id=session.run.parent_id or session.run.id,
-        step=record.step,
-        method=request.method,
-        route=route,
-        nearest_step=None if best is None else best[0],
-        diff=() if best is None else tuple(matching.json_diff(best[1], got)),
-    )
+def _mock(
+    session: Session, rule: MockRule, request: Request, record: Exchange, config: EngineConfig
+) -> Action:
+    record.origin = Origin.MOCKED
+    if rule.kind is MockKind.CALLABLE:
+        return Mock(rule, request, record)
+    if rule.kind is MockKind.RECORDED:
+        recorded = session.take(record.fingerprint)
+        if recorded is None:
+            fail = _diverge(session, request, record, config)
+            fail.record.error = f"mock {rule.text!r}: {fail.record.error}"
+            return fail
+        return Serve(recorded, record)
+    assert rule.static is not None
+    static = Exchange(
+        run_id=session.run.id, step=record.step, method=request.method, route=record.route,
+        request_headers=(), request_body=b"", fingerprint=record.fingerprint,
+        status=rule.static.status, response_headers=rule.static.headers,
+        response_body=rule.static.body,
+    )  # fmt: skip
+    return Serve(static, record)
+
+
+def _diverge(session: Session, request: Request, record: Exchange, config: EngineConfig) -> Fail:
+    session.run.status = RunStatus.DIVERGED
+    divergence = find_divergence(
+        run_id=session.run.id, source_run_id=session.run.parent_id or session.run.id,
+        step=record.step, method=request.method, route=record.route, body=request.body,
+        content_encoding=header(request.headers, "content-encoding"),
+        unserved=session.unserved(), match=config.match,
+    )  # fmt: skip
     fail = _fail(record, DIVERGENCE_STATUS, divergence.message(), "forkpoint_divergence")
     return Fail(fail.status, fail.headers, fail.body, fail.record, divergence)
-
-
-def _comparable(
-    method: str, route: str, body: bytes, headers: Headers, config: EngineConfig
-) -> Any:
-    value = matching.parse_json(body, header(headers, "content-encoding"))
-    if value is None:
-        return {"route": matching.normalized_route(route), "body (not JSON)": body[:200].hex()}
-    return matching.normalized_body(method, route, value, config.match)
 
 
 def _fail(record: Exchange, status: int, message: str, error_type: str) -> Fail:

@@ -21,7 +21,17 @@ from forkpoint.cassettes.models import Chunk, Exchange, Headers
 from forkpoint.errors import ConfigError, UpstreamError
 from forkpoint.proxy.dialects import dialect_for
 from forkpoint.proxy.encoding import decode_headers, header
-from forkpoint.proxy.engine import RUN_HEADER, EngineConfig, Fail, Forward, Request, Serve, decide
+from forkpoint.proxy.engine import (
+    RUN_HEADER,
+    EngineConfig,
+    Fail,
+    Forward,
+    Mock,
+    Request,
+    Serve,
+    decide,
+)
+from forkpoint.proxy.mocks import MockRequest, run_mock
 from forkpoint.proxy.recorder import Recorder
 from forkpoint.proxy.redaction import REDACTED, end_to_end, redact_headers
 from forkpoint.proxy.sessions import Sessions
@@ -92,6 +102,8 @@ class Gateway:
                 return await self._forward(request, action)
             case Serve():
                 return await self._serve(request, action)
+            case Mock():
+                return await self._mock(request, action)
             case Fail():
                 self.recorder.submit(action.record)
                 return web.Response(
@@ -181,6 +193,25 @@ class Gateway:
             record.duration_ms = _ms_since(started)
             self.recorder.submit(record)
         return response
+
+    async def _mock(self, request: web.Request, action: Mock) -> web.Response:
+        record, ours = action.record, action.request
+        started = time.perf_counter()
+        try:
+            answer = await run_mock(
+                action.rule, MockRequest(ours.method, ours.route, ours.headers, ours.body)
+            )
+            status, headers, body = answer.status, answer.headers, answer.body
+        except Exception as error:  # the user's code: any failure becomes a clear 500
+            message = f"forkpoint: mock {action.rule.text!r} raised {type(error).__name__}: {error}"
+            log.warning("%s (run %s, step %d)", message, record.run_id, record.step)
+            dialect = dialect_for(record.method, record.route.partition("?")[0])
+            headers, body = dialect.error_response(500, message, error_type="forkpoint_mock")
+            status, record.error = 500, message
+        record.status, record.response_headers, record.response_body = status, headers, body
+        record.ttfb_ms = record.duration_ms = _ms_since(started)
+        self.recorder.submit(record)
+        return web.Response(status=status, headers=CIMultiDict(headers), body=body)
 
     async def _wait_for(self, offset_ms: float, started: float) -> None:
         if self.pace.factor is None:

@@ -88,6 +88,16 @@ def _drop(value: Any, path: list[str]) -> Any:
     return value
 
 
+def comparable(
+    method: str, route: str, body: bytes, content_encoding: str | None, config: MatchConfig
+) -> Any:
+    """What matching sees of a body, as a value a diff can show."""
+    value = parse_json(body, content_encoding)
+    if value is None:
+        return {"route": normalized_route(route), "body (not JSON)": body[:200].hex()}
+    return normalized_body(method, route, value, config)
+
+
 # the divergence report's diff
 
 

@@ -6,10 +6,11 @@ import re
 
 from ulid import ULID
 
-from forkpoint.cassettes.models import Mode, Run, RunStatus
+from forkpoint.cassettes.models import Exchange, Mode, Run, RunStatus
 from forkpoint.cassettes.store import Store
 from forkpoint.errors import ConfigError, RunNotFound
-from forkpoint.proxy.engine import EngineConfig, Session
+from forkpoint.proxy.changes import Change
+from forkpoint.proxy.engine import EngineConfig, OnDivergence, Session
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
@@ -36,36 +37,51 @@ class Sessions:
         default: bool = True,
     ) -> Session:
         run = Run(id=run_id or new_run_id(), name=name, labels=dict(labels or {}))
-        return self._open(run, [], default)
+        return self._open(Session(run), [], default)
 
     def start_replay(
-        self,
-        source_ref: str,
-        *,
-        run_id: str | None = None,
-        name: str | None = None,
-        labels: dict[str, str] | None = None,
-        default: bool = True,
-    ) -> Session:
-        """A new run that replays `source_ref` (id, id prefix or name) from the cassette."""
+        self, source_ref: str, *, on_divergence: OnDivergence = OnDivergence.FAIL,
+        run_id: str | None = None, name: str | None = None,
+        labels: dict[str, str] | None = None, default: bool = True,
+    ) -> Session:  # fmt: skip
+        """A new run that replays `source_ref` (id, id prefix or name) from the cassette; with
+        `on_divergence=live` it forks itself at the first request the recording lacks."""
         source = self._store.find_run(source_ref)
         run = Run(
-            id=run_id or new_run_id(),
-            name=name,
-            labels=dict(labels or source.labels),
-            mode=Mode.REPLAY,
-            parent_id=source.id,
-        )
-        return self._open(run, self._store.exchanges(source.id), default)
+            id=run_id or new_run_id(), name=name, labels=dict(labels or source.labels),
+            mode=Mode.REPLAY, parent_id=source.id,
+        )  # fmt: skip
+        session = Session(run, fork_step=None, on_divergence=on_divergence)
+        return self._open(session, self._store.exchanges(source.id), default)
 
-    def _open(self, run: Run, source: list, default: bool) -> Session:  # type: ignore[type-arg]
-        self._store.create_run(run)
-        session = Session(run)
-        if run.mode is Mode.REPLAY:
+    def start_fork(
+        self, parent_ref: str, *, at: int, change: Change = Change(),
+        on_divergence: OnDivergence = OnDivergence.FAIL, run_id: str | None = None,
+        name: str | None = None, labels: dict[str, str] | None = None, default: bool = True,
+    ) -> Session:  # fmt: skip
+        """A child run of `parent_ref`: its steps < `at` replayed, then live with `change`."""
+        parent = self._store.find_run(parent_ref)
+        source = self._store.exchanges(parent.id)
+        if not 0 <= at <= len(source):
+            raise ConfigError(
+                f"cannot fork run {parent.id} at step {at}: it has {len(source)} steps "
+                f"(fork at 0 … {len(source)})",
+                run_id=parent.id, step=at,
+            )  # fmt: skip
+        run = Run(
+            id=run_id or new_run_id(), name=name, labels=dict(labels or parent.labels),
+            mode=Mode.FORK, parent_id=parent.id, fork_step=at, change=change.to_json(),
+        )  # fmt: skip
+        session = Session(run, fork_step=at, on_divergence=on_divergence, change=change)
+        return self._open(session, source, default)
+
+    def _open(self, session: Session, source: list[Exchange], default: bool) -> Session:
+        self._store.create_run(session.run)
+        if session.run.mode is not Mode.RECORD:
             session.load(source, self._config)
-        self._sessions[run.id] = session
+        self._sessions[session.run.id] = session
         if default:
-            self.default_id = run.id
+            self.default_id = session.run.id
         return session
 
     def get(self, run_id: str | None) -> Session:
@@ -96,7 +112,9 @@ class Sessions:
         for session in self._sessions.values():
             final = RunStatus.DIVERGED if session.run.status is RunStatus.DIVERGED else status
             session.run.status = final
-            self._store.finish_run(session.run.id, final, error=error)
+            self._store.finish_run(
+                session.run.id, final, error=error, fork_step=session.run.fork_step
+            )
 
 
 def _step_count(store: Store, run_id: str) -> int:
