@@ -225,9 +225,9 @@ def _live(session: Session, request: Request, record: Exchange, config: EngineCo
         message = (f"forkpoint has no upstream for {request.route}; "
                    "start it with --upstream URL or --route NAME=URL")  # fmt: skip
         return _fail(record, 502, message, "forkpoint_no_upstream")
+    # The record keeps the body as the agent sent it: that is what a replay or a fork of this
+    # run will be asked again; what went upstream is that body with the run's change applied.
     record.upstream = redact_route(url, config.redact_query)
-    if body != request.body:
-        record.request_body = body  # what was sent is what the child run did
     return Forward(url, headers, body, record)
 
 

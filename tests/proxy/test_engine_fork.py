@@ -22,10 +22,18 @@ from forkpoint.proxy.mocks import MockKind, parse_mock
 from tests.proxy.test_engine import CONFIG, chat, post, recorded_run
 
 
-def fork_session(source: list[Exchange], at: int, change: Change = Change(),
-                 policy: OnDivergence = OnDivergence.FAIL) -> Session:
-    session = Session(Run("child", mode=Mode.FORK, parent_id="rec", fork_step=at),
-                      fork_step=at, on_divergence=policy, change=change)
+def fork_session(
+    source: list[Exchange],
+    at: int,
+    change: Change = Change(),
+    policy: OnDivergence = OnDivergence.FAIL,
+) -> Session:
+    session = Session(
+        Run("child", mode=Mode.FORK, parent_id="rec", fork_step=at),
+        fork_step=at,
+        on_divergence=policy,
+        change=change,
+    )
     session.load(source, CONFIG)
     return session
 
@@ -37,7 +45,10 @@ def ask(session: Session, content: str, route: str = "/v1/chat/completions"):  #
 def test_steps_before_the_fork_are_served_then_everything_goes_live():
     session = fork_session(recorded_run(chat("a"), chat("b"), chat("c")), at=2)
     served = [ask(session, "a"), ask(session, "b")]
-    assert [a.recorded.response_body for a in served if isinstance(a, Serve)] == [b"answer 0", b"answer 1"]
+    assert [a.recorded.response_body for a in served if isinstance(a, Serve)] == [
+        b"answer 0",
+        b"answer 1",
+    ]
     live = ask(session, "c")  # recorded, but at the fork step: live
     assert isinstance(live, Forward) and live.record.step == 2
     assert isinstance(ask(session, "anything new"), Forward)
@@ -64,7 +75,9 @@ def test_a_divergence_before_the_fork_fails_or_forks_there_by_policy():
 
 
 def test_replay_with_live_policy_forks_at_the_first_new_request():
-    session = Session(Run("rep", mode=Mode.REPLAY, parent_id="rec"), on_divergence=OnDivergence.LIVE)
+    session = Session(
+        Run("rep", mode=Mode.REPLAY, parent_id="rec"), on_divergence=OnDivergence.LIVE
+    )
     session.load(recorded_run(chat("a"), chat("b")), CONFIG)
     assert isinstance(ask(session, "a"), Serve)
     assert isinstance(ask(session, "changed"), Forward)
@@ -80,19 +93,49 @@ def test_the_model_and_system_prompt_are_rewritten_only_from_the_fork_on():
     body = orjson.loads(live.body)
     assert body["model"] == "gpt-5-nano"
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
-    assert live.record.request_body == live.body  # the child records what it sent
+    # the child records what the agent sent, so a replay or a fork of the child matches it
+    assert live.record.request_body == chat("b")
 
 
-@pytest.mark.parametrize("dialect, body, check", [
-    ("openai_chat", {"model": "m", "messages": [{"role": "developer", "content": "old"}, {"role": "user", "content": "q"}]},
-     lambda b: b["messages"] == [{"role": "developer", "content": "new"}, {"role": "user", "content": "q"}]),
-    ("openai_responses", {"model": "m", "instructions": "old", "input": [{"role": "system", "content": "x"}, {"role": "user", "content": "q"}]},
-     lambda b: b["instructions"] == "new" and b["input"] == [{"role": "user", "content": "q"}]),
-    ("anthropic_messages", {"model": "m", "system": [{"type": "text", "text": "old"}], "messages": []},
-     lambda b: b["system"] == "new"),
-])
+@pytest.mark.parametrize(
+    "dialect, body, check",
+    [
+        (
+            "openai_chat",
+            {
+                "model": "m",
+                "messages": [
+                    {"role": "developer", "content": "old"},
+                    {"role": "user", "content": "q"},
+                ],
+            },
+            lambda b: (
+                b["messages"]
+                == [{"role": "developer", "content": "new"}, {"role": "user", "content": "q"}]
+            ),
+        ),
+        (
+            "openai_responses",
+            {
+                "model": "m",
+                "instructions": "old",
+                "input": [{"role": "system", "content": "x"}, {"role": "user", "content": "q"}],
+            },
+            lambda b: (
+                b["instructions"] == "new" and b["input"] == [{"role": "user", "content": "q"}]
+            ),
+        ),
+        (
+            "anthropic_messages",
+            {"model": "m", "system": [{"type": "text", "text": "old"}], "messages": []},
+            lambda b: b["system"] == "new",
+        ),
+    ],
+)
 def test_the_system_prompt_lives_where_each_dialect_keeps_it(dialect, body, check):
-    rewritten = orjson.loads(apply(Change(model="n", system_prompt="new"), dialect, orjson.dumps(body)))
+    rewritten = orjson.loads(
+        apply(Change(model="n", system_prompt="new"), dialect, orjson.dumps(body))
+    )
     assert rewritten["model"] == "n" and check(rewritten)
 
 
@@ -115,12 +158,21 @@ def test_tool_mocks_static_callable_recorded_and_live(tmp_path):
         parse_mock("/tools/orders/*=recorded"),
         parse_mock("/tools/*=live"),
     )
-    assert [r.kind for r in rules] == [MockKind.STATIC, MockKind.CALLABLE, MockKind.RECORDED, MockKind.LIVE]
+    assert [r.kind for r in rules] == [
+        MockKind.STATIC,
+        MockKind.CALLABLE,
+        MockKind.RECORDED,
+        MockKind.LIVE,
+    ]
     source = recorded_run(b"", route="/tools/orders/A1")
     session = fork_session(source, at=0, change=Change(mocks=rules))
-    assert isinstance(decide(session, post("/tools/refund-policy", b""), CONFIG), Forward)  # not GET
+    assert isinstance(
+        decide(session, post("/tools/refund-policy", b""), CONFIG), Forward
+    )  # not GET
     static = decide(session, Request("GET", "/tools/refund-policy", (), b""), CONFIG)
-    assert isinstance(static, Serve) and orjson.loads(static.recorded.response_body) == {"policy": "60 days"}
+    assert isinstance(static, Serve) and orjson.loads(static.recorded.response_body) == {
+        "policy": "60 days"
+    }
     assert static.record.origin is Origin.MOCKED
     assert isinstance(decide(session, post("/tools/refunds", b"{}"), CONFIG), Mock)
     recorded = decide(session, post("/tools/orders/A1", b""), CONFIG)
@@ -136,11 +188,14 @@ def test_a_method_in_the_route_narrows_the_mock():
     assert host_rule.matches("GET", "/search", "https://api.example.com/v1/search?q=1")
 
 
-@pytest.mark.parametrize("text, message", [
-    ("no-equals", "expected ROUTE=SPEC"),
-    ("/x=@/no/such/file.json", "cannot read"),
-    ("/x=no_such_module_xyz:handler", "cannot load"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("no-equals", "expected ROUTE=SPEC"),
+        ("/x=@/no/such/file.json", "cannot read"),
+        ("/x=no_such_module_xyz:handler", "cannot load"),
+    ],
+)
 def test_bad_mock_specs_are_clear_errors(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_mock(text)
