@@ -131,17 +131,22 @@ class Gateway:
         )
         streamed = _is_stream(upstream.headers)
         chunks: list[Chunk] = []
+        received_all = False
         try:
             await response.prepare(request)
             async for data in upstream.chunks():
                 chunks.append(Chunk(_ms_since(started), data))
                 await response.write(data)
+            received_all = True
             await response.write_eof()
         except UpstreamError as error:
             record.complete, record.error = False, str(error)
             _abort(request)
         except ConnectionError as error:
-            record.complete, record.error = False, f"client disconnected: {error}"
+            # SDKs hang up as soon as they read `[DONE]`, before the body's end marker: the
+            # exchange is complete if the upstream's whole response was passed on.
+            if not received_all:
+                record.complete, record.error = False, f"client disconnected: {error}"
         finally:
             upstream.release()
             record.duration_ms = _ms_since(started)
@@ -172,6 +177,7 @@ class Gateway:
         record.response_body, record.error = recorded.response_body, recorded.error
         record.complete, record.upstream = recorded.complete, recorded.upstream
         record.summary = recorded.summary
+        sent_all = False
         try:
             await response.prepare(request)
             record.ttfb_ms = _ms_since(started)
@@ -183,12 +189,14 @@ class Gateway:
                     await self._wait_for(chunk.offset_ms, started)
                     record.chunks.append(Chunk(_ms_since(started), chunk.data))
                     await response.write(chunk.data)
+            sent_all = True
             if recorded.complete:
                 await response.write_eof()
             else:  # it was cut when recorded: cut it again, so the agent sees what it saw
                 _abort(request)
         except ConnectionError as error:
-            record.complete, record.error = False, f"client disconnected: {error}"
+            if not sent_all:
+                record.complete, record.error = False, f"client disconnected: {error}"
         finally:
             record.duration_ms = _ms_since(started)
             self.recorder.submit(record)

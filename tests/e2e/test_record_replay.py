@@ -284,3 +284,23 @@ def test_divergence_reaches_the_sdk_as_an_error_with_the_report(start_upstream, 
     assert '"refund A1001" → "refund A1002"' in message
     assert store.get_run(replay_run.id).status is RunStatus.DIVERGED
     assert [e.origin for e in store.exchanges(replay_run.id)] == [Origin.DIVERGED]
+
+
+def test_a_client_that_hangs_up_right_after_done_leaves_a_complete_exchange(
+    start_upstream, start_proxy, store
+):
+    """The openai SDK closes the connection as soon as it reads `[DONE]`; that is not a cut."""
+    upstream = start_upstream(ScriptedUpstream(chunk_delay=0.001))
+    recording = start_proxy(upstream.url)
+    run = recording.proxy.sessions.start_record().run
+    for index in range(8):  # a race per request: several give it the chance to show
+        with openai_client(recording.proxy.url) as client:
+            list(
+                client.chat.completions.create(
+                    model="gpt-4o", stream=True, messages=[{"role": "user", "content": f"q{index}"}]
+                )
+            )
+    recording.close()
+    exchanges = store.exchanges(run.id)
+    assert len(exchanges) == 8
+    assert [(e.complete, e.error) for e in exchanges] == [(True, None)] * 8
