@@ -129,7 +129,14 @@ def test_record_then_replay_offline(start_upstream, tools, tmp_path: Path) -> No
     assert {e["origin"] for e in replay["exchanges"]} == {"replayed"}
 
 
-def chat(model: str, *tool_turns: tuple[str, dict[str, Any], Any]) -> Reply:
+ORDER = {"order_id": "A1001", "item": "Shoes", "amount": 89.9, "status": "delivered",
+         "days_since_delivery": 12}  # fmt: skip
+POLICY = {"policy": "30 days", "window_days": 30}
+ToolTurn = tuple[str, dict[str, Any], Any]  # tool name, arguments, result
+READ_POLICY: ToolTurn = ("refund_policy", {}, POLICY)
+
+
+def chat(model: str, *tool_turns: ToolTurn) -> Reply:
     """`support_script`'s reply to a Chat Completions history of the ticket and tool turns."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": TICKET}]
     for n, (name, arguments, result) in enumerate(tool_turns):
@@ -144,29 +151,22 @@ def chat(model: str, *tool_turns: tuple[str, dict[str, Any], Any]) -> Reply:
     return reply
 
 
-ORDER = {"order_id": "A1001", "item": "Shoes", "amount": 89.9, "status": "delivered",
-         "days_since_delivery": 12}  # fmt: skip
-POLICY = {"policy": "30 days", "window_days": 30}
-
-
 def test_script_refunds_an_eligible_order() -> None:
     assert chat("gpt-4o-mini").tool_calls == (ToolCallSpec("lookup_order", {"order_id": "A1001"}),)
-    looked_up = ("lookup_order", {"order_id": "A1001"}, ORDER)
+    looked_up: ToolTurn = ("lookup_order", {"order_id": "A1001"}, ORDER)
     assert chat("gpt-4o-mini", looked_up).tool_calls == (ToolCallSpec("refund_policy"),)
-    read_policy = ("refund_policy", {}, POLICY)
-    refund = chat("gpt-4o-mini", looked_up, read_policy).tool_calls
+    refund = chat("gpt-4o-mini", looked_up, READ_POLICY).tool_calls
     assert refund == (ToolCallSpec("issue_refund", {"order_id": "A1001", "amount": 89.9}),)
     refunded = ("issue_refund", refund[0].arguments, {"refund_id": "RF-1", "amount": 89.9})
-    assert chat("gpt-4o-mini", looked_up, read_policy, refunded).text == (
+    assert chat("gpt-4o-mini", looked_up, READ_POLICY, refunded).text == (
         "Refund of $89.90 issued for order A1001 (RF-1)."
     )
 
 
 def test_script_skips_the_refund_outside_the_window_and_words_it_by_model() -> None:
-    late = ("lookup_order", {"order_id": "A1001"}, {**ORDER, "days_since_delivery": 45})
-    read_policy = ("refund_policy", {}, POLICY)
-    terse = chat("gpt-4o-mini", late, read_policy)
-    chatty = chat("gpt-4o", late, read_policy)
+    late: ToolTurn = ("lookup_order", {"order_id": "A1001"}, {**ORDER, "days_since_delivery": 45})
+    terse = chat("gpt-4o-mini", late, READ_POLICY)
+    chatty = chat("gpt-4o", late, READ_POLICY)
     assert not terse.tool_calls and not chatty.tool_calls
     assert terse.text == (
         "No refund for order A1001 ($89.90): it was delivered 45 days ago, "
