@@ -13,15 +13,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkpoint.cassettes.models import Exchange, Mode, Run, RunStatus
+from forkpoint.adapters.protocol import State
+from forkpoint.adapters.workspace import WorkspaceAdapter
+from forkpoint.cassettes.models import Exchange, Mode, Run, RunStatus, Snapshot
 from forkpoint.cassettes.sqlite import DEFAULT_PATH, SqliteStore
 from forkpoint.errors import ConfigError
 from forkpoint.proxy.changes import Change, load_patch
-from forkpoint.proxy.engine import EngineConfig, OnDivergence, Routes
+from forkpoint.proxy.engine import EngineConfig, OnDivergence, Routes, Session
 from forkpoint.proxy.gateway import Pace
+from forkpoint.proxy.intercept import InterceptOptions
 from forkpoint.proxy.matching import MatchConfig
 from forkpoint.proxy.mocks import parse_mock
 from forkpoint.proxy.server import Proxy
+from forkpoint.proxy.snapshots import SnapshotPolicy
 
 DEFAULT_UPSTREAM = "https://api.openai.com"
 DEFAULT_ROUTES = {"anthropic": "https://api.anthropic.com"}
@@ -80,8 +84,13 @@ def record(
     labels: Mapping[str, str] | None = None,
     port: int = 0,
     read_timeout: float = 600.0,
+    workspace: str | os.PathLike[str] | None = None,
+    snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
+    intercept: InterceptOptions | None = None,
 ) -> Result:
-    """Run `cmd` with its API traffic recorded as a new run."""
+    """Run `cmd` with its API traffic recorded as a new run; its state is snapshotted through
+    the adapters it registers (and `workspace`, a directory), per `snapshot_policy`. With
+    `intercept`, its HTTP(S) calls to any host are recorded too (through HTTPS_PROXY)."""
     config = engine_config(upstream, routes)
     return asyncio.run(
         _run_command(
@@ -90,7 +99,39 @@ def record(
             config,
             port=port,
             read_timeout=read_timeout,
+            workspace=workspace,
+            snapshot_policy=snapshot_policy,
+            intercept=intercept,
             start=lambda proxy: proxy.sessions.start_record(name=name, labels=dict(labels or {})),
+        )
+    )
+
+
+def resume(
+    run: str,
+    cmd: Sequence[str],
+    *,
+    cassette: str | os.PathLike[str] | None = None,
+    upstream: str | None = DEFAULT_UPSTREAM,
+    routes: Mapping[str, str] | None = None,
+    port: int = 0,
+    workspace: str | os.PathLike[str] | None = None,
+    snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
+    intercept: InterceptOptions | None = None,
+) -> Result:
+    """Restart `cmd` for a crashed or stopped run: its latest snapshot restored, its recorded
+    steps served from the cassette (no upstream call, no token), then live in the same run."""
+    config = engine_config(upstream, routes)
+    return asyncio.run(
+        _run_command(
+            cmd,
+            cassette,
+            config,
+            port=port,
+            workspace=workspace,
+            snapshot_policy=snapshot_policy,
+            intercept=intercept,
+            start=lambda proxy: proxy.sessions.start_resume(run),
         )
     )
 
@@ -106,6 +147,7 @@ def replay(
     on_divergence: OnDivergence = OnDivergence.FAIL,
     upstream: str | None = DEFAULT_UPSTREAM,
     routes: Mapping[str, str] | None = None,
+    intercept: InterceptOptions | None = None,
 ) -> Result:
     """Run `cmd` against a recorded run, offline: every response comes from the cassette.
 
@@ -121,6 +163,7 @@ def replay(
             config,
             port=port,
             pace=pace,
+            intercept=intercept,
             start=lambda proxy: proxy.sessions.start_replay(
                 run, name=name, on_divergence=on_divergence
             ),
@@ -142,6 +185,9 @@ def fork(
     on_divergence: OnDivergence = OnDivergence.FAIL,
     pace: Pace = Pace(),
     port: int = 0,
+    workspace: str | os.PathLike[str] | None = None,
+    snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
+    intercept: InterceptOptions | None = None,
 ) -> Result:
     """Run `cmd` as a child of `run`: steps < `at` served from the cassette, then live with
     `change` applied, recorded as a new run whose parent is `run`."""
@@ -153,12 +199,19 @@ def fork(
             config,
             port=port,
             pace=pace,
+            workspace=workspace,
+            snapshot_policy=snapshot_policy,
+            intercept=intercept,
             start=lambda proxy: proxy.sessions.start_fork(
-                run, at=at, change=change, on_divergence=on_divergence, name=name,
+                run,
+                at=at,
+                change=change,
+                on_divergence=on_divergence,
+                name=name,
                 labels=dict(labels) if labels else None,
             ),
         )
-    )  # fmt: skip
+    )
 
 
 def make_change(
@@ -190,7 +243,9 @@ def _text_or_file(value: str, base_dir: Path) -> str:
         raise ConfigError(f"cannot read {path}: {error.strerror}") from error
 
 
-async def _run_command(cmd, cassette, config, *, start, **options) -> Result:  # type: ignore[no-untyped-def]
+async def _run_command(  # type: ignore[no-untyped-def]
+    cmd, cassette, config, *, start, workspace: str | os.PathLike[str] | None = None, **options
+) -> Result:
     if not cmd:
         raise ConfigError(
             "no command to run: put it after --, e.g. forkpoint record -- python agent.py"
@@ -199,8 +254,12 @@ async def _run_command(cmd, cassette, config, *, start, **options) -> Result:  #
     proxy = Proxy(store, config, **options)
     try:
         session = start(proxy)
+        if workspace is not None:
+            _attach_workspace(proxy, session, WorkspaceAdapter(workspace))
         url = await proxy.start()
         env = agent_env(url, session.run.id, mode=session.run.mode)
+        if proxy.interceptor is not None:
+            env.update(proxy.interceptor.env(session.run.id, env))
         try:
             process = await asyncio.create_subprocess_exec(*cmd, env=env)
         except OSError as error:
@@ -215,13 +274,18 @@ async def _run_command(cmd, cassette, config, *, start, **options) -> Result:  #
         failure = None if exit_code == 0 else f"command exited with {exit_code}"
         await proxy.stop(status, error=failure)
         return Result(
-            session.run.id,
-            exit_code,
-            session.run.status,
-            len(store.exchanges(session.run.id, bodies=False)),
+            session.run.id, exit_code, session.run.status, store.step_count(session.run.id)
         )
     finally:
         store.close()
+
+
+def _attach_workspace(proxy: Proxy, session: Session, adapter: WorkspaceAdapter) -> None:
+    """Put the workspace back as the snapshot left it (fork, resume), then snapshot it too."""
+    snapshot = session.restore_points.get(adapter.name)
+    if snapshot is not None:
+        adapter.restore_now(State(snapshot.content_type, snapshot.data))
+    proxy.snapshotter.register(session.run.id, adapter)
 
 
 def serve(
@@ -233,20 +297,29 @@ def serve(
     routes: Mapping[str, str] | None = None,
     replay_run: str | None = None,
     pace: Pace = Pace(),
-    ready: asyncio.Event | None = None,
+    intercept: InterceptOptions | None = None,
 ) -> None:
-    """Serve until interrupted: record every run that comes through, or replay one."""
-    asyncio.run(_serve(cassette, host, port, engine_config(upstream, routes), replay_run, pace))
+    """Serve until interrupted: record every run that comes through, or replay one; with
+    `intercept`, as an HTTPS proxy too."""
+    config = engine_config(upstream, routes)
+    asyncio.run(_serve(cassette, host, port, config, replay_run, pace, intercept))
 
 
-async def _serve(cassette, host, port, config, replay_run, pace) -> None:  # type: ignore[no-untyped-def]
+async def _serve(cassette, host, port, config, replay_run, pace, intercept) -> None:  # type: ignore[no-untyped-def]
     store = SqliteStore(cassette_path(cassette))
-    proxy = Proxy(store, config, host=host, port=port, pace=pace)
+    proxy = Proxy(store, config, host=host, port=port, pace=pace, intercept=intercept)
     try:
         if replay_run:
             proxy.sessions.start_replay(replay_run)
         url = await proxy.start()
         print(f"forkpoint serving on {url}  (OPENAI_BASE_URL={url}/v1)", flush=True)
+        if proxy.interceptor is not None:
+            env = proxy.interceptor.env("RUN")
+            print(
+                f"forkpoint intercepting on {proxy.interceptor.url}  (HTTPS_PROXY="
+                f"{env['HTTPS_PROXY']}, SSL_CERT_FILE={env['SSL_CERT_FILE']})",
+                flush=True,
+            )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -271,5 +344,17 @@ def show(run: str, *, cassette: str | os.PathLike[str] | None = None) -> tuple[R
     try:
         found = store.find_run(run)
         return found, store.exchanges(found.id, bodies=False)
+    finally:
+        store.close()
+
+
+def snapshots(
+    run: str, *, cassette: str | os.PathLike[str] | None = None
+) -> tuple[Run, list[Snapshot]]:
+    """A run's snapshots (without their state), failed pulls included."""
+    store = SqliteStore(cassette_path(cassette), create=False)
+    try:
+        found = store.find_run(run)
+        return found, store.snapshots(found.id)
     finally:
         store.close()

@@ -12,9 +12,12 @@ import orjson
 
 from forkpoint import api
 from forkpoint.cassettes.models import Exchange, Run
+from forkpoint.compare.cost import exchange_cost, run_totals, usd
 from forkpoint.errors import ForkpointError
 from forkpoint.proxy.engine import OnDivergence
 from forkpoint.proxy.gateway import Pace
+from forkpoint.proxy.intercept import InterceptOptions
+from forkpoint.proxy.snapshots import SnapshotPolicy
 
 
 def cassette_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -41,6 +44,62 @@ def upstream_options(command: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         help="Where requests outside any --route go.",
     )(command)
+
+
+def snapshot_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--workspace and --snapshot-every, turned into `workspace=` and `snapshot_policy=`."""
+    command = click.option(
+        "--snapshot-every", "snapshot_every", default="llm", show_default=True,
+        metavar="llm|N|Ts|off",
+        help="When to pull agent state: at each LLM request, every N exchanges, every T s.",
+    )(command)  # fmt: skip
+    command = click.option(
+        "--workspace", type=click.Path(file_okay=False),
+        help="A directory the agent works in: snapshotted, and restored on fork/resume.",
+    )(command)  # fmt: skip
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, snapshot_every: str, **kwargs: Any) -> Any:
+        return command(*args, snapshot_policy=SnapshotPolicy.parse(snapshot_every), **kwargs)
+
+    return wrapper
+
+
+def intercept_options(port: int = 0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--intercept and its settings, turned into `intercept=` (InterceptOptions or None)."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        command = click.option(
+            "--upstream-ca", type=click.Path(exists=True, dir_okay=False),
+            help="With --intercept: also trust this PEM file's CAs for upstreams.",
+        )(command)  # fmt: skip
+        command = click.option(
+            "--insecure-upstream", is_flag=True,
+            help="With --intercept: do not verify upstream certificates.",
+        )(command)  # fmt: skip
+        command = click.option(
+            "--intercept-port", default=port, show_default=bool(port),
+            help="Port for the interceptor" + ("." if port else " [default: a free one]."),
+        )(command)  # fmt: skip
+        command = click.option(
+            "--intercept", is_flag=True,
+            help="Also record every HTTP(S) call to any host, through an HTTPS proxy "
+            "(HTTPS_PROXY, forkpoint's CA: see `forkpoint ca`).",
+        )(command)  # fmt: skip
+
+        @functools.wraps(command)
+        def wrapper(
+            *args: Any, intercept: bool, intercept_port: int, insecure_upstream: bool,
+            upstream_ca: str | None, **kwargs: Any,
+        ) -> Any:  # fmt: skip
+            options = InterceptOptions(
+                port=intercept_port, insecure_upstream=insecure_upstream, upstream_ca=upstream_ca
+            )
+            return command(*args, intercept=options if intercept else None, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -80,6 +139,8 @@ def main() -> None:
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
 @click.option("--port", default=0, help="Port for the proxy [default: a free one].")
 @click.option("--read-timeout", default=600.0, show_default=True, help="Upstream stall limit, s.")
+@snapshot_options
+@intercept_options()
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
 def record(
@@ -90,12 +151,16 @@ def record(
     labels: tuple[str, ...],
     port: int,
     read_timeout: float,
+    workspace: str | None,
+    snapshot_policy: SnapshotPolicy,
+    intercept: InterceptOptions | None,
     cmd: tuple[str, ...],
 ) -> None:
     """Run CMD with its API traffic recorded as a new run; print the run id.
 
     CMD's clients are pointed at the proxy through OPENAI_BASE_URL, ANTHROPIC_BASE_URL,
-    FORKPOINT_URL and FORKPOINT_RUN. Exits with CMD's exit code.
+    FORKPOINT_URL and FORKPOINT_RUN; with --intercept also HTTPS_PROXY and a CA bundle, so
+    calls to any host are recorded. Exits with CMD's exit code.
 
     Example: forkpoint record --name ticket-1 -- python examples/support_agent/agent.py
     """
@@ -108,6 +173,9 @@ def record(
         labels=parse_pairs(labels, "--label"),
         port=port,
         read_timeout=read_timeout,
+        workspace=workspace,
+        snapshot_policy=snapshot_policy,
+        intercept=intercept,
     )
     _report(result)
 
@@ -131,11 +199,13 @@ def record(
 )
 @upstream_options
 @click.option("--port", default=0, help="Port for the proxy [default: a free one].")
+@intercept_options()
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
 def replay(
     cassette: str | None, run: str, pace: str, name: str | None, on_divergence: str,
-    upstream: str, routes: tuple[str, ...], port: int, cmd: tuple[str, ...],
+    upstream: str, routes: tuple[str, ...], port: int, intercept: InterceptOptions | None,
+    cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run CMD against recorded RUN, offline: no request reaches the network.
 
@@ -148,7 +218,7 @@ def replay(
     result = api.replay(
         run, cmd, cassette=cassette, pace=Pace.parse(pace), name=name, port=port,
         on_divergence=OnDivergence(on_divergence), upstream=upstream,
-        routes=parse_pairs(routes, "--route"),
+        routes=parse_pairs(routes, "--route"), intercept=intercept,
     )  # fmt: skip
     _report(result)
 
@@ -156,7 +226,8 @@ def replay(
 def _report(result: api.Result) -> None:
     click.echo(f"forkpoint: run {result.run_id} {result.status}, {result.steps} steps", err=True)
     click.echo(result.run_id)
-    sys.exit(result.exit_code)
+    # a command killed by signal N exits 128 + N, as a shell reports it
+    sys.exit(result.exit_code if result.exit_code >= 0 else 128 - result.exit_code)
 
 
 @main.command()
@@ -166,6 +237,7 @@ def _report(result: api.Result) -> None:
 @click.option("--port", default=8765, show_default=True)
 @click.option("--replay", "replay_run", metavar="RUN", help="Replay RUN instead of recording.")
 @click.option("--pace", default="fast", show_default=True, help="Replay stream timing.")
+@intercept_options(port=8766)
 @reports_errors
 def serve(
     cassette: str | None,
@@ -175,10 +247,12 @@ def serve(
     port: int,
     replay_run: str | None,
     pace: str,
+    intercept: InterceptOptions | None,
 ) -> None:
     """Serve the proxy until interrupted, recording every run that comes through.
 
-    Pick a run per request with a /r/RUN/ path prefix or an X-Forkpoint-Run header.
+    Pick a run per request with a /r/RUN/ path prefix or an X-Forkpoint-Run header; through
+    --intercept, with HTTPS_PROXY=http://RUN@127.0.0.1:8766 or that header.
 
     Example: forkpoint serve --port 8765  then  OPENAI_BASE_URL=http://127.0.0.1:8765/v1
     """
@@ -190,6 +264,7 @@ def serve(
         routes=parse_pairs(routes, "--route"),
         replay_run=replay_run,
         pace=Pace.parse(pace),
+        intercept=intercept,
     )
 
 
@@ -206,13 +281,16 @@ def runs(cassette: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(orjson.dumps([_run_json(r, e) for r, e in found], option=orjson.OPT_INDENT_2))
         return
-    click.echo(f"{'id':30}  {'status':9}  {'steps':>5}  {'tokens':>7}  {'mode':6}  name / change")
+    click.echo(
+        f"{'id':30}  {'status':9}  {'steps':>5}  {'tokens':>7}  {'cost':>10}  {'mode':6}  "
+        "name / change"
+    )
     for depth, (run, exchanges) in tree_order(found):
-        tokens = sum(e.summary.usage.total for e in exchanges if e.summary and e.summary.usage)
+        totals = run_totals(exchanges)
         indent = "  " * (depth - 1) + "└─ " if depth else ""
         click.echo(
-            f"{indent + run.id:30}  {run.status:9}  {len(exchanges):>5}  {tokens:>7}  "
-            f"{run.mode:6}  {run.name or ''}{describe_branch(run)}"
+            f"{indent + run.id:30}  {run.status:9}  {len(exchanges):>5}  {totals.tokens:>7}  "
+            f"{usd(totals.cost_usd):>10}  {run.mode:6}  {run.name or ''}{describe_branch(run)}"
         )
 
 
@@ -265,7 +343,7 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
     click.echo(f"run {found.id}  {found.status}  {found.name or ''}")
     click.echo(
         f"{'step':>4}  {'kind':5}  {'origin':8}  {'status':>6}  {'model':22}  "
-        f"{'in':>6}  {'out':>6}  {'ms':>8}  route / tool calls"
+        f"{'in':>6}  {'out':>6}  {'cost':>10}  {'ms':>8}  route / tool calls"
     )
     for e in exchanges:
         s = e.summary
@@ -275,9 +353,17 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
         click.echo(
             f"{e.step:>4}  {s.kind if s else '':5}  {e.origin:8}  {e.status or '-':>6}  "
             f"{(s.model if s else None) or '-':22}  {usage.input if usage else '-':>6}  "
-            f"{usage.output if usage else '-':>6}  {e.duration_ms or 0:>8.1f}  "
-            f"{e.method} {e.route}{'  → ' + calls if calls else ''}{flag}"
+            f"{usage.output if usage else '-':>6}  {usd(exchange_cost(e)):>10}  "
+            f"{e.duration_ms or 0:>8.1f}  {e.method} {e.route}{'  → ' + calls if calls else ''}"
+            f"{flag}"
         )
+    totals = run_totals(exchanges)
+    replayed = f", {totals.replayed_steps} replayed at $0" if totals.replayed_steps else ""
+    click.echo(
+        f"total: {totals.tokens} tokens, {usd(totals.cost_usd)} ({totals.prices}), "
+        f"LLM {totals.llm_ms:.0f} ms, tools {totals.tool_ms:.0f} ms, "
+        f"wall {totals.wall_ms:.0f} ms{replayed}"
+    )
 
 
 def _run_json(run: Run, exchanges: list[Exchange]) -> dict[str, Any]:
@@ -293,6 +379,7 @@ def _run_json(run: Run, exchanges: list[Exchange]) -> dict[str, Any]:
         "ended_at": run.ended_at,
         "error": run.error,
         "steps": len(exchanges),
+        "totals": run_totals(exchanges).to_json(),
     }
 
 
@@ -326,13 +413,26 @@ def _exchange_json(e: Exchange) -> dict[str, Any]:
         "finish_reason": s.finish_reason if s else None,
         "ttfb_ms": e.ttfb_ms,
         "duration_ms": e.duration_ms,
+        "cost_usd": None if (cost := exchange_cost(e)) is None else float(cost),
     }
 
 
 def _register_commands() -> None:
     from forkpoint.fork_cli import fork
+    from forkpoint.state_cli import resume, snapshots
 
     main.add_command(fork)
+    main.add_command(resume)
+    main.add_command(snapshots)
+    from forkpoint.compare.cli import diff
+
+    main.add_command(diff)
+    from forkpoint.ca_cli import ca
+    from forkpoint.cassettes.cli import export_command, import_command
+
+    main.add_command(export_command)
+    main.add_command(import_command)
+    main.add_command(ca)
 
 
 _register_commands()

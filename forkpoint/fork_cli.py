@@ -12,16 +12,30 @@ from forkpoint import api
 from forkpoint.cli import (
     _report,
     cassette_option,
+    intercept_options,
     parse_pairs,
     reports_errors,
+    snapshot_options,
     upstream_options,
 )
 from forkpoint.errors import ConfigError
 from forkpoint.proxy.engine import OnDivergence
 from forkpoint.proxy.gateway import Pace
+from forkpoint.proxy.intercept import InterceptOptions
+from forkpoint.proxy.snapshots import SnapshotPolicy
 
-SPEC_KEYS = {"at", "model", "upstream", "system_prompt", "patch", "mock", "name", "route",
-             "label", "on_divergence"}  # fmt: skip
+SPEC_KEYS = {
+    "at",
+    "model",
+    "upstream",
+    "system_prompt",
+    "patch",
+    "mock",
+    "name",
+    "route",
+    "label",
+    "on_divergence",
+}
 
 
 def load_spec(path: str) -> dict[str, Any]:
@@ -34,8 +48,9 @@ def load_spec(path: str) -> dict[str, Any]:
         raise ConfigError(f"fork spec {path} is not valid TOML: {error}") from error
     unknown = set(spec) - SPEC_KEYS
     if unknown:
-        raise ConfigError(f"fork spec {path}: unknown keys {sorted(unknown)}; "
-                          f"known: {sorted(SPEC_KEYS)}")  # fmt: skip
+        raise ConfigError(
+            f"fork spec {path}: unknown keys {sorted(unknown)}; known: {sorted(SPEC_KEYS)}"
+        )
     base = Path(path).parent
     for key in ("system_prompt", "patch"):  # @FILE in a spec is relative to the spec
         if isinstance(spec.get(key), str) and spec[key].startswith("@"):
@@ -58,11 +73,20 @@ def _relative_mock(text: str, base: Path) -> str:
 @click.option("--model", help="Rewrite the model of every LLM request from the fork on.")
 @click.option("--system-prompt", metavar="TEXT|@FILE", help="Replace the system prompt.")
 @click.option("--patch", metavar="JSON|@FILE", help="A JSON patch (RFC 6902) for LLM requests.")
-@click.option("--mock", "mocks", multiple=True, metavar="ROUTE=SPEC",
-              help="Mock tool calls: ROUTE is '[METHOD ]GLOB'; SPEC is @FILE, "
-                   "package.module:function, recorded or live. Repeatable.")  # fmt: skip
-@click.option("--spec", "spec_path", type=click.Path(dir_okay=False),
-              help="A TOML file with any of these options (flags override it).")  # fmt: skip
+@click.option(
+    "--mock",
+    "mocks",
+    multiple=True,
+    metavar="ROUTE=SPEC",
+    help="Mock tool calls: ROUTE is '[METHOD ]GLOB'; SPEC is @FILE, "
+    "package.module:function, recorded or live. Repeatable.",
+)
+@click.option(
+    "--spec",
+    "spec_path",
+    type=click.Path(dir_okay=False),
+    help="A TOML file with any of these options (flags override it).",
+)
 @click.option(
     "--on-divergence",
     type=click.Choice([p.value for p in OnDivergence]),
@@ -72,13 +96,31 @@ def _relative_mock(text: str, base: Path) -> str:
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
 @click.option("--pace", default="fast", show_default=True, help="Replayed stream timing.")
 @click.option("--port", default=0, help="Port for the proxy [default: a free one].")
+@snapshot_options
+@intercept_options()
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
-def fork(cassette: str | None, upstream: str, routes: tuple[str, ...], run: str, at: int | None,
-         model: str | None, system_prompt: str | None, patch: str | None,
-         mocks: tuple[str, ...], spec_path: str | None, on_divergence: str | None,
-         name: str | None, labels: tuple[str, ...], pace: str, port: int,
-         cmd: tuple[str, ...]) -> None:  # fmt: skip
+def fork(
+    cassette: str | None,
+    upstream: str,
+    routes: tuple[str, ...],
+    run: str,
+    at: int | None,
+    model: str | None,
+    system_prompt: str | None,
+    patch: str | None,
+    mocks: tuple[str, ...],
+    spec_path: str | None,
+    on_divergence: str | None,
+    name: str | None,
+    labels: tuple[str, ...],
+    pace: str,
+    port: int,
+    workspace: str | None,
+    snapshot_policy: SnapshotPolicy,
+    intercept: InterceptOptions | None,
+    cmd: tuple[str, ...],
+) -> None:
     """Run CMD as a fork of RUN at step N: steps < N replayed, then live with the change.
 
     The child run is recorded with its parent, fork step and change; its id is printed.
@@ -98,11 +140,20 @@ def fork(cassette: str | None, upstream: str, routes: tuple[str, ...], run: str,
         mocks=[*spec.get("mock", []), *mocks],
     )
     result = api.fork(
-        run, cmd, at=int(step), change=change, cassette=cassette, upstream=upstream,
+        run,
+        cmd,
+        at=int(step),
+        change=change,
+        cassette=cassette,
+        upstream=upstream,
         routes={**spec.get("route", {}), **parse_pairs(routes, "--route")},
         name=name or spec.get("name"),
         labels={**spec.get("label", {}), **parse_pairs(labels, "--label")},
         on_divergence=OnDivergence(on_divergence or spec.get("on_divergence", "fail")),
-        pace=Pace.parse(pace), port=port,
-    )  # fmt: skip
+        pace=Pace.parse(pace),
+        port=port,
+        workspace=workspace,
+        snapshot_policy=snapshot_policy,
+        intercept=intercept,
+    )
     _report(result)

@@ -14,6 +14,9 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+import threading
+
+import orjson
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -53,10 +56,54 @@ def split(body: bytes) -> list[bytes]:
     return segments
 
 
+# A state made of parts (a workspace: its manifest, then each file) declares it with this
+# content-type suffix; it is stored one part per blob, so an unchanged file is stored once.
+FRAMED_SUFFIX = "+framed"
+
+
+def frame(parts: list[bytes]) -> bytes:
+    """Parts as one body: a JSON list of their sizes, a newline, then the parts."""
+    return orjson.dumps([len(part) for part in parts]) + b"\n" + b"".join(parts)
+
+
+def unframe(data: bytes) -> list[bytes]:
+    header, _, rest = data.partition(b"\n")
+    try:
+        sizes = orjson.loads(header)
+    except orjson.JSONDecodeError as error:
+        raise ValueError(f"not a framed body: {error}") from error
+    parts, offset = [], 0
+    for size in sizes:
+        parts.append(rest[offset : offset + size])
+        offset += size
+    if offset != len(rest):
+        raise ValueError("framed body: the sizes do not add up to its length")
+    return parts
+
+
+def segments(data: bytes, content_type: str | None = None) -> list[bytes]:
+    """How a body is cut for storage: framed parts one by one, anything else by `split`."""
+    if content_type and content_type.endswith(FRAMED_SUFFIX):
+        header, _, _ = data.partition(b"\n")
+        return [header + b"\n", *(part for part in unframe(data) if part)]
+    return split(data)
+
+
+_compressors = threading.local()
+
+
+def _compressor() -> zstd.ZstdCompressor:
+    """One compressor per thread: making one costs as much as compressing a small segment."""
+    compressor = getattr(_compressors, "zstd", None)
+    if compressor is None:
+        compressor = _compressors.zstd = zstd.ZstdCompressor(level=ZSTD_LEVEL)
+    return compressor
+
+
 def compress(data: bytes) -> tuple[str, bytes]:
     """The codec and stored bytes for one segment: zstd where it saves space, raw otherwise."""
     if len(data) >= MIN_COMPRESS:
-        packed = zstd.compress(data, level=ZSTD_LEVEL)
+        packed = _compressor().compress(data, zstd.ZstdCompressor.FLUSH_FRAME)
         if len(packed) < len(data):
             return Codec.ZSTD, packed
     return Codec.RAW, data

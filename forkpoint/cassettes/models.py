@@ -132,6 +132,29 @@ class Exchange:
 
 
 @dataclass(slots=True)
+class Snapshot:
+    """Agent state an adapter gave at a step boundary: the state as the agent held it when
+    request `step` arrived (so after steps < `step` completed). A failed pull keeps its error."""
+
+    run_id: str
+    step: int
+    adapter: str
+    content_type: str = "application/octet-stream"
+    data: bytes = b""
+    error: str | None = None
+    taken_at: float = field(default_factory=time.time)
+    duration_ms: float | None = None
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.size = self.size or len(self.data)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(slots=True)
 class Run:
     id: str
     name: str | None = None

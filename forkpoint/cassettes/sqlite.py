@@ -21,23 +21,50 @@ import sqlite_utils
 
 from forkpoint.cassettes import blobs
 from forkpoint.cassettes.models import (
-    Chunk,
     Exchange,
-    Headers,
     Kind,
-    Mode,
     Origin,
     Run,
     RunStatus,
+    Snapshot,
     Summary,
     ToolCall,
     Usage,
 )
+from forkpoint.cassettes.sqlite_schema import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    create_schema,
+    cut_chunks,
+    dump_headers,
+    explain,
+    load_headers,
+    run_from_row,
+)
 from forkpoint.errors import CassetteError, RunNotFound, SchemaVersionError
 
-SCHEMA_VERSION = 1
-# PRAGMA application_id marks the file as a forkpoint cassette ("fkpt").
-APPLICATION_ID = 0x666B7074
+KNOWN_BLOBS = 100_000
+
+
+class BoundedSet:
+    """A set that forgets its oldest members past `limit` (a dict keeps insertion order)."""
+
+    def __init__(self, limit: int):
+        self._items: dict[str, None] = {}
+        self._limit = limit
+
+    def __contains__(self, item: str) -> bool:
+        return item in self._items
+
+    def add(self, item: str) -> None:
+        self._items[item] = None
+        if len(self._items) > self._limit:
+            del self._items[next(iter(self._items))]
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
 DEFAULT_PATH = Path(".forkpoint/forkpoint.db")
 
 
@@ -53,6 +80,9 @@ class SqliteStore:
                 )
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        # Hashes known to be stored: most segments of a request were stored by an earlier turn.
+        # A rolled-back transaction would leave stale entries, so the set is dropped on error.
+        self._known_blobs = BoundedSet(KNOWN_BLOBS)
         try:
             conn = sqlite3.connect(
                 self.path, check_same_thread=False, timeout=busy_timeout_ms / 1000
@@ -62,7 +92,7 @@ class SqliteStore:
             self._configure(busy_timeout_ms)
             self._check_or_create_schema()
         except sqlite3.DatabaseError as error:
-            raise CassetteError(_explain(self.path, error)) from error
+            raise CassetteError(explain(self.path, error)) from error
 
     def _configure(self, busy_timeout_ms: int) -> None:
         # WAL: readers (`forkpoint show` while recording) never block the proxy's writer, and a
@@ -81,7 +111,7 @@ class SqliteStore:
         version = self._conn.execute("PRAGMA user_version").fetchone()[0]
         if app_id == 0 and not self.db.table_names():
             with self._conn:
-                self._create_schema()
+                create_schema(self.db)
             return
         if app_id != APPLICATION_ID:
             raise CassetteError(f"{self.path} is an SQLite file but not a forkpoint cassette")
@@ -99,41 +129,6 @@ class SqliteStore:
                 expected=SCHEMA_VERSION,
             )
 
-    def _create_schema(self) -> None:
-        db = self.db
-        db.table("runs").create(
-            {
-                "id": str, "name": str, "labels": str, "status": str, "mode": str,
-                "parent_id": str, "fork_step": int, "change": str, "created_at": float,
-                "ended_at": float, "error": str,
-            },
-            pk="id",
-            foreign_keys=[("parent_id", "runs", "id")],
-        )  # fmt: skip
-        db.table("blobs").create({"hash": str, "size": int, "codec": str, "data": bytes}, pk="hash")
-        db.table("exchanges").create(
-            {
-                "run_id": str, "step": int, "method": str, "route": str, "upstream": str,
-                "request_headers": str, "request_body": str, "fingerprint": str,
-                "status": int, "response_headers": str, "response_body": str,
-                "streamed": int, "complete": int, "error": str, "origin": str,
-                "started_at": float, "ttfb_ms": float, "duration_ms": float,
-                "kind": str, "dialect": str, "model": str, "input_tokens": int,
-                "output_tokens": int, "cached_tokens": int, "reasoning_tokens": int,
-                "tool_calls": str, "finish_reason": str, "text": str,
-            },
-            pk=("run_id", "step"),
-            foreign_keys=[("run_id", "runs", "id")],
-        )  # fmt: skip
-        db.table("chunks").create(
-            {"run_id": str, "step": int, "seq": int, "offset_ms": float, "size": int, "end": int},
-            pk=("run_id", "step", "seq"),
-        )
-        db.table("runs").create_index(["name"])
-        db.table("exchanges").create_index(["run_id", "fingerprint"])
-        db.execute(f"PRAGMA application_id={APPLICATION_ID}")
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
@@ -141,7 +136,11 @@ class SqliteStore:
                 with self._conn:
                     yield self._conn
             except sqlite3.OperationalError as error:
-                raise CassetteError(_explain(self.path, error)) from error
+                self._known_blobs.clear()
+                raise CassetteError(explain(self.path, error)) from error
+            except BaseException:
+                self._known_blobs.clear()
+                raise
 
     # runs
 
@@ -166,7 +165,13 @@ class SqliteStore:
             conn.execute(
                 "UPDATE runs SET status=?, ended_at=?, error=?, "
                 "fork_step=coalesce(?, fork_step) WHERE id=?",
-                (status, time.time(), error, fork_step, run_id),
+                (
+                    status,
+                    None if status is RunStatus.RUNNING else time.time(),
+                    error,
+                    fork_step,
+                    run_id,
+                ),
             )
 
     def get_run(self, run_id: str) -> Run:
@@ -174,7 +179,7 @@ class SqliteStore:
             row = self._conn.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.path}", run_id=run_id)
-        return _run_from_row(row)
+        return run_from_row(row)
 
     def find_run(self, ref: str) -> Run:
         with self._lock:
@@ -188,7 +193,7 @@ class SqliteStore:
                     "SELECT * FROM runs WHERE id LIKE ? LIMIT 2", (ref.upper() + "%",)
                 ).fetchall()
         if len(rows) == 1:
-            return _run_from_row(rows[0])
+            return run_from_row(rows[0])
         if len(rows) > 1:
             raise RunNotFound(f"{ref!r} matches several runs; give more of the id", run_id=ref)
         raise RunNotFound(f"no run {ref!r} in {self.path} (see: forkpoint runs)", run_id=ref)
@@ -196,7 +201,7 @@ class SqliteStore:
     def list_runs(self) -> list[Run]:
         with self._lock:
             rows = self._conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
-        return [_run_from_row(row) for row in rows]
+        return [run_from_row(row) for row in rows]
 
     def step_count(self, run_id: str) -> int:
         with self._lock:
@@ -220,8 +225,8 @@ class SqliteStore:
             f"INSERT INTO exchanges VALUES ({','.join('?' * 28)})",
             (
                 ex.run_id, ex.step, ex.method, ex.route, ex.upstream,
-                _dump_headers(ex.request_headers), self._put_body(conn, ex.request_body),
-                ex.fingerprint, ex.status, _dump_headers(ex.response_headers),
+                dump_headers(ex.request_headers), self._put_body(conn, ex.request_body),
+                ex.fingerprint, ex.status, dump_headers(ex.response_headers),
                 self._put_body(conn, ex.response_body), int(ex.streamed), int(ex.complete),
                 ex.error, ex.origin, ex.started_at, ex.ttfb_ms, ex.duration_ms,
                 summary.kind, summary.dialect, summary.model,
@@ -241,16 +246,21 @@ class SqliteStore:
                 rows.append((ex.run_id, ex.step, len(ex.chunks), end, 0, 1))
             conn.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?)", rows)
 
-    def _put_body(self, conn: sqlite3.Connection, body: bytes) -> str:
+    def _put_body(
+        self, conn: sqlite3.Connection, body: bytes, content_type: str | None = None
+    ) -> str:
         hashes = []
-        for segment in blobs.split(body):
+        for segment in blobs.segments(body, content_type):
             digest = blobs.content_hash(segment)
             hashes.append(digest)
+            if digest in self._known_blobs:
+                continue
             if conn.execute("SELECT 1 FROM blobs WHERE hash=?", (digest,)).fetchone() is None:
                 codec, data = blobs.compress(segment)
                 conn.execute(
                     "INSERT INTO blobs VALUES (?,?,?,?)", (digest, len(segment), codec, data)
                 )
+            self._known_blobs.add(digest)
         return orjson.dumps(hashes).decode()
 
     def _get_body(self, manifest: str) -> bytes:
@@ -287,9 +297,7 @@ class SqliteStore:
             by_step.setdefault(chunk["step"], []).append((chunk["offset_ms"], chunk["size"]))
         for exchange in result:
             if exchange.chunks is not None:
-                exchange.chunks = _cut_chunks(
-                    exchange.response_body, by_step.get(exchange.step, [])
-                )
+                exchange.chunks = cut_chunks(exchange.response_body, by_step.get(exchange.step, []))
         return result
 
     def _exchange_from_row(self, row: sqlite3.Row, bodies: bool) -> Exchange:
@@ -313,11 +321,11 @@ class SqliteStore:
             step=row["step"],
             method=row["method"],
             route=row["route"],
-            request_headers=_load_headers(row["request_headers"]),
+            request_headers=load_headers(row["request_headers"]),
             request_body=self._get_body(row["request_body"]) if bodies else b"",
             fingerprint=row["fingerprint"],
             status=row["status"],
-            response_headers=_load_headers(row["response_headers"]),
+            response_headers=load_headers(row["response_headers"]),
             response_body=self._get_body(row["response_body"]) if bodies else b"",
             chunks=[] if row["streamed"] else None,
             complete=bool(row["complete"]),
@@ -330,6 +338,51 @@ class SqliteStore:
             summary=summary,
         )
 
+    # snapshots
+
+    def add_snapshot(self, snapshot: Snapshot) -> None:
+        """Store a snapshot; a later one for the same (run, step, adapter) replaces it."""
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO snapshots VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    snapshot.run_id, snapshot.step, snapshot.adapter, snapshot.content_type,
+                    self._put_body(conn, snapshot.data, snapshot.content_type),
+                    len(snapshot.data), snapshot.error,
+                    snapshot.taken_at, snapshot.duration_ms,
+                ),
+            )  # fmt: skip
+
+    def snapshots(self, run_id: str, *, data: bool = False) -> list[Snapshot]:
+        """A run's snapshots by step, failed pulls included; `data=True` loads the state."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT run_id, step, adapter, content_type, body, error, taken_at, duration_ms, "
+                "size FROM snapshots WHERE run_id=? ORDER BY step, adapter",
+                (run_id,),
+            ).fetchall()
+            return [
+                Snapshot(run, step, adapter, content_type,
+                         self._get_body(body) if data else b"", error, taken_at, duration_ms, size)
+                for run, step, adapter, content_type, body, error, taken_at, duration_ms, size
+                in rows
+            ]  # fmt: skip
+
+    def latest_snapshots(self, run_id: str, *, at_most: int | None = None) -> list[Snapshot]:
+        """For each adapter, its newest good snapshot at a step <= `at_most`, state loaded."""
+        newest: dict[str, Snapshot] = {}
+        for snapshot in self.snapshots(run_id):
+            if snapshot.ok and (at_most is None or snapshot.step <= at_most):
+                newest[snapshot.adapter] = snapshot
+        with self._lock:
+            for snapshot in newest.values():
+                (body,) = self._conn.execute(
+                    "SELECT body FROM snapshots WHERE run_id=? AND step=? AND adapter=?",
+                    (run_id, snapshot.step, snapshot.adapter),
+                ).fetchone()
+                snapshot.data = self._get_body(body)
+        return list(newest.values())
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Read-only SQL for reports and tests."""
         with self._lock:
@@ -338,45 +391,3 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def _cut_chunks(body: bytes, sizes: list[tuple[float, int]]) -> list[Chunk]:
-    chunks, position = [], 0
-    for offset_ms, size in sizes:
-        chunks.append(Chunk(offset_ms, body[position : position + size]))
-        position += size
-    return chunks
-
-
-def _dump_headers(headers: Headers) -> str:
-    return orjson.dumps([list(pair) for pair in headers]).decode()
-
-
-def _load_headers(text: str | None) -> Headers:
-    return tuple((name, value) for name, value in orjson.loads(text or "[]"))
-
-
-def _run_from_row(row: tuple[Any, ...]) -> Run:
-    (id_, name, labels, status, mode, parent, fork_step, change, created, ended, error) = row
-    return Run(
-        id=id_,
-        name=name,
-        labels=orjson.loads(labels or "{}"),
-        status=RunStatus(status),
-        mode=Mode(mode),
-        parent_id=parent,
-        fork_step=fork_step,
-        change=None if change is None else orjson.loads(change),
-        created_at=created,
-        ended_at=ended,
-        error=error,
-    )
-
-
-def _explain(path: Path, error: sqlite3.DatabaseError) -> str:
-    text = str(error)
-    if "locked" in text or "busy" in text:
-        return f"{path} is locked by another process (still locked after the busy timeout)"
-    if "not a database" in text or "malformed" in text:
-        return f"{path} is not a readable SQLite cassette ({text})"
-    return f"{path}: {text}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from forkpoint.cassettes.models import Exchange, Run, RunStatus
+from forkpoint.cassettes.models import Exchange, Run, RunStatus, Snapshot
 
 
 class Store(Protocol):
@@ -36,6 +36,16 @@ class Store(Protocol):
 
     def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
         """A run's exchanges in step order; `bodies=False` skips loading request/response bytes."""
+        ...
+
+    def step_count(self, run_id: str) -> int: ...
+
+    def add_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    def snapshots(self, run_id: str, *, data: bool = False) -> list[Snapshot]: ...
+
+    def latest_snapshots(self, run_id: str, *, at_most: int | None = None) -> list[Snapshot]:
+        """For each adapter, its newest good snapshot at a step <= `at_most`, state loaded."""
         ...
 
     def close(self) -> None: ...

@@ -14,12 +14,13 @@ replay, where such a request fails). A recording session is live from its first 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-from forkpoint.cassettes.models import Exchange, Headers, Mode, Origin, Run, RunStatus
+from forkpoint.cassettes.models import Exchange, Headers, Mode, Origin, Run, RunStatus, Snapshot
 from forkpoint.errors import ConfigError
 from forkpoint.proxy import changes, matching
 from forkpoint.proxy.changes import Change
@@ -94,14 +95,17 @@ class Forward:
     headers: Headers
     body: bytes
     record: Exchange
+    llm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Serve:
-    """Answer with `recorded` (a recorded exchange, or a mock's static response)."""
+    """Answer with `recorded` (a recorded exchange, or a mock's static response); `keep` is
+    False when the run already holds it (a resume serving its own steps)."""
 
     recorded: Exchange
     record: Exchange
+    keep: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +140,10 @@ class Session:
     change: Change = Change()
     next_step: int = 0
     live: bool = True
+    # A resume appends to its own run: served steps are not written again, live ones follow them.
+    appending: bool = False
+    # Per adapter, the snapshot an agent that registers gets back (fork and resume).
+    restore_points: dict[str, Snapshot] = field(default_factory=dict)
     _unserved: dict[str, deque[Exchange]] = field(default_factory=dict)
 
     @property
@@ -148,11 +156,14 @@ class Session:
         self.live = self.fork_step == 0
         self._unserved.clear()
         for exchange in source:
-            key = matching.fingerprint(
-                exchange.method, exchange.route, exchange.request_body,
-                exchange.content_encoding, config.match,
-            )  # fmt: skip
-            self._unserved.setdefault(key, deque()).append(exchange)
+            exchange.fingerprint = matching.fingerprint(
+                exchange.method,
+                exchange.route,
+                exchange.request_body,
+                exchange.content_encoding,
+                config.match,
+            )
+            self._unserved.setdefault(exchange.fingerprint, deque()).append(exchange)
 
     def take(self, key: str, *, before: int | None = None) -> Exchange | None:
         """The earliest unserved recorded exchange with this fingerprint (and a step < before)."""
@@ -164,53 +175,94 @@ class Session:
     def unserved(self) -> list[Exchange]:
         return sorted((e for q in self._unserved.values() for e in q), key=lambda e: e.step)
 
-    def go_live(self, step: int) -> None:
+    def go_live(self, step: int) -> int:
+        """Serve live from now on; the step number the live request gets."""
         self.live = True
+        if self.appending:
+            step = self.next_step = max(step, len(self.source))
+            self.next_step += 1
+            return step
         if self.fork_step is None or step < self.fork_step:
             self.fork_step = step
         self.run.fork_step = self.fork_step
+        return step
+
+
+def restore(session: Session, adapter: str) -> tuple[Snapshot | None, list[Exchange]]:
+    """An agent's adapter registered: the snapshot it gets back, if any, and the source steps
+    that snapshot stands for (before its step), which a fork records as replayed.
+
+    The agent resumes from the snapshot's step, so the session skips ahead to it.
+    """
+    snapshot = session.restore_points.get(adapter)
+    if snapshot is None or session.live or session.next_step > 0:
+        return None, []
+    session.next_step = snapshot.step
+    skipped = [e for e in session.source if e.step < snapshot.step]
+    for exchange in skipped:
+        queue = session._unserved.get(exchange.fingerprint)
+        if queue and exchange in queue:
+            queue.remove(exchange)
+    if session.appending:
+        return snapshot, []
+    return snapshot, [_replayed_copy(session, e) for e in skipped]
 
 
 def decide(session: Session, request: Request, config: EngineConfig) -> Action:
     step = session.next_step
     session.next_step += 1
     route = redact_route(request.route, config.redact_query)
-    key = matching.fingerprint(
-        request.method, route, request.body, header(request.headers, "content-encoding"),
-        config.match,
-    )  # fmt: skip
+    # Matching needs the fingerprint now; a live request's is left to the recorder's thread.
+    key = (
+        ""
+        if session.live and not session.change.mocks
+        else fingerprint_of(request.method, route, request.body, request.headers, config.match)
+    )
+    # What the next hop gets; recorded too, with credentials masked (host and length are the
+    # proxy's own, not the agent's).
+    passed = end_to_end(request.headers, drop=GATEWAY_HEADERS)
     record = Exchange(
         run_id=session.run.id,
         step=step,
         method=request.method,
         route=route,
-        request_headers=redact_headers(
-            end_to_end(request.headers, drop=frozenset({RUN_HEADER})), config.redact_headers
-        ),
+        request_headers=redact_headers(passed, config.redact_headers),
         request_body=request.body,
         fingerprint=key,
     )
     if not session.live:
         if session.fork_step is not None and step >= session.fork_step:
-            session.go_live(step)
+            record.step = session.go_live(step)
         elif (recorded := session.take(key, before=session.fork_step)) is not None:
             record.origin = Origin.REPLAYED
-            return Serve(recorded, record)
+            return Serve(recorded, record, keep=not session.appending)
         elif session.on_divergence is OnDivergence.LIVE:
-            session.go_live(step)
+            record.step = session.go_live(step)
         else:
             return _diverge(session, request, record, config)
-    return _live(session, request, record, config)
+    return _live(session, request, passed, record, config)
 
 
-def _live(session: Session, request: Request, record: Exchange, config: EngineConfig) -> Action:
+def fingerprint_of(
+    method: str, route: str, body: bytes, headers: Headers, match: MatchConfig
+) -> str:
+    return matching.fingerprint(method, route, body, header(headers, "content-encoding"), match)
+
+
+def _replayed_copy(session: Session, exchange: Exchange) -> Exchange:
+    return dataclasses.replace(exchange, run_id=session.run.id, origin=Origin.REPLAYED)
+
+
+def _live(
+    session: Session, request: Request, passed: Headers, record: Exchange, config: EngineConfig
+) -> Action:
     change = session.change
     url = config.routes.resolve(request.route)
     rule = first_match(change.mocks, request.method, request.route, url)
     if rule is not None and rule.kind is not MockKind.LIVE:
         return _mock(session, rule, request, record, config)
     dialect = dialect_for(request.method, urlsplit(request.route).path)
-    body, headers = request.body, end_to_end(request.headers, drop=GATEWAY_HEADERS)
+    body, headers = request.body, passed
     if dialect is not GENERIC:
         if change.upstream:
             url = config.routes.resolve(request.route, default=change.upstream)
@@ -222,13 +274,15 @@ def _live(session: Session, request: Request, record: Exchange, config: EngineCo
             if body != request.body:
                 headers = tuple((k, v) for k, v in headers if k.lower() != "content-encoding")
     if url is None:
-        message = (f"forkpoint has no upstream for {request.route}; "
-                   "start it with --upstream URL or --route NAME=URL")  # fmt: skip
+        message = (
+            f"forkpoint has no upstream for {request.route}; "
+            "start it with --upstream URL or --route NAME=URL"
+        )
         return _fail(record, 502, message, "forkpoint_no_upstream")
     # The record keeps the body as the agent sent it: that is what a replay or a fork of this
     # run will be asked again; what went upstream is that body with the run's change applied.
     record.upstream = redact_route(url, config.redact_query)
-    return Forward(url, headers, body, record)
+    return Forward(url, headers, body, record, llm=dialect is not GENERIC)
 
 
 def _plain(request: Request) -> bytes:
@@ -254,22 +308,33 @@ def _mock(
         return Serve(recorded, record)
     assert rule.static is not None
     static = Exchange(
-        run_id=session.run.id, step=record.step, method=request.method, route=record.route,
-        request_headers=(), request_body=b"", fingerprint=record.fingerprint,
-        status=rule.static.status, response_headers=rule.static.headers,
+        run_id=session.run.id,
+        step=record.step,
+        method=request.method,
+        route=record.route,
+        request_headers=(),
+        request_body=b"",
+        fingerprint=record.fingerprint,
+        status=rule.static.status,
+        response_headers=rule.static.headers,
         response_body=rule.static.body,
-    )  # fmt: skip
+    )
     return Serve(static, record)
 
 
 def _diverge(session: Session, request: Request, record: Exchange, config: EngineConfig) -> Fail:
     session.run.status = RunStatus.DIVERGED
     divergence = find_divergence(
-        run_id=session.run.id, source_run_id=session.run.parent_id or session.run.id,
-        step=record.step, method=request.method, route=record.route, body=request.body,
+        run_id=session.run.id,
+        source_run_id=session.run.parent_id or session.run.id,
+        step=record.step,
+        method=request.method,
+        route=record.route,
+        body=request.body,
         content_encoding=header(request.headers, "content-encoding"),
-        unserved=session.unserved(), match=config.match,
-    )  # fmt: skip
+        unserved=session.unserved(),
+        match=config.match,
+    )
     fail = _fail(record, DIVERGENCE_STATUS, divergence.message(), "forkpoint_divergence")
     return Fail(fail.status, fail.headers, fail.body, fail.record, divergence)
 

@@ -19,6 +19,8 @@ from multidict import CIMultiDict
 
 from forkpoint.cassettes.models import Chunk, Exchange, Headers
 from forkpoint.errors import ConfigError, UpstreamError
+from forkpoint.proxy.control import PREFIX as CONTROL_PREFIX
+from forkpoint.proxy.control import Control
 from forkpoint.proxy.dialects import dialect_for
 from forkpoint.proxy.encoding import decode_headers, header
 from forkpoint.proxy.engine import (
@@ -35,6 +37,7 @@ from forkpoint.proxy.mocks import MockRequest, run_mock
 from forkpoint.proxy.recorder import Recorder
 from forkpoint.proxy.redaction import REDACTED, end_to_end, redact_headers
 from forkpoint.proxy.sessions import Sessions
+from forkpoint.proxy.snapshots import Snapshotter
 from forkpoint.proxy.upstream import Sender
 
 log = logging.getLogger(__name__)
@@ -72,10 +75,13 @@ class Gateway:
         config: EngineConfig,
         sender: Sender,
         recorder: Recorder,
+        snapshotter: Snapshotter,
         pace: Pace = Pace(),
         max_body: int = DEFAULT_MAX_BODY,
     ):
         self.sessions = sessions
+        self.snapshotter = snapshotter
+        self.control = Control(snapshotter, recorder)
         self.config = config
         self.sender = sender
         self.recorder = recorder
@@ -95,15 +101,21 @@ class Gateway:
         except web.HTTPRequestEntityTooLarge:
             message = f"forkpoint: request body over the {self.max_body} byte limit (--max-body)"
             return web.json_response({"error": {"message": message}}, status=413)
+        if route.startswith(CONTROL_PREFIX):
+            return await self.control.handle(request, session, route)
         ours = Request(request.method, route, decode_headers(request.raw_headers), body)
         action = decide(session, ours, self.config)
         match action:
             case Forward():
-                return await self._forward(request, action)
+                pulls = self.snapshotter.on_request(
+                    session.run.id, action.record.step, llm=action.llm
+                )
+                return await self._forward(request, action, pulls)
             case Serve():
                 return await self._serve(request, action)
             case Mock():
-                return await self._mock(request, action)
+                pulls = self.snapshotter.on_request(session.run.id, action.record.step, llm=False)
+                return await self._mock(request, action, pulls)
             case Fail():
                 self.recorder.submit(action.record)
                 return web.Response(
@@ -112,7 +124,9 @@ class Gateway:
             case _:
                 assert_never(action)
 
-    async def _forward(self, request: web.Request, action: Forward) -> web.StreamResponse:
+    async def _forward(
+        self, request: web.Request, action: Forward, pulls: list[asyncio.Task[None]]
+    ) -> web.StreamResponse:
         record = action.record
         started = time.perf_counter()
         try:
@@ -122,13 +136,12 @@ class Gateway:
         except UpstreamError as error:
             return self._upstream_failed(record, error, started)
         record.ttfb_ms = _ms_since(started)
+        if pulls:  # the agent's state must be read before it sees the answer
+            await asyncio.gather(*pulls)
         record.status = upstream.status
-        record.response_headers = redact_headers(
-            end_to_end(upstream.headers), self.config.redact_headers
-        )
-        response = web.StreamResponse(
-            status=upstream.status, headers=CIMultiDict(end_to_end(upstream.headers))
-        )
+        passed = end_to_end(upstream.headers)
+        record.response_headers = redact_headers(passed, self.config.redact_headers)
+        response = web.StreamResponse(status=upstream.status, headers=CIMultiDict(passed))
         streamed = _is_stream(upstream.headers)
         chunks: list[Chunk] = []
         received_all = False
@@ -158,12 +171,9 @@ class Gateway:
     def _upstream_failed(
         self, record: Exchange, error: UpstreamError, started: float
     ) -> web.Response:
-        status = 504 if error.timeout else 502
-        message = f"forkpoint: {error}"
-        dialect = dialect_for(record.method, record.route.partition("?")[0])
-        headers, body = dialect.error_response(status, message, error_type="forkpoint_upstream")
-        record.status, record.response_headers, record.response_body = status, headers, body
-        record.error, record.complete = message, False
+        status, headers, body = upstream_failed(
+            record, f"forkpoint: {error}", timeout=error.timeout
+        )
         record.duration_ms = _ms_since(started)
         self.recorder.submit(record)
         return web.Response(status=status, headers=CIMultiDict(headers), body=body)
@@ -171,12 +181,8 @@ class Gateway:
     async def _serve(self, request: web.Request, action: Serve) -> web.StreamResponse:
         recorded, record = action.recorded, action.record
         started = time.perf_counter()
-        headers = tuple((k, v) for k, v in recorded.response_headers if v != REDACTED)
+        headers = take_recorded(record, recorded)
         response = web.StreamResponse(status=recorded.status or 502, headers=CIMultiDict(headers))
-        record.status, record.response_headers = recorded.status, recorded.response_headers
-        record.response_body, record.error = recorded.response_body, recorded.error
-        record.complete, record.upstream = recorded.complete, recorded.upstream
-        record.summary = recorded.summary
         sent_all = False
         try:
             await response.prepare(request)
@@ -199,26 +205,17 @@ class Gateway:
                 record.complete, record.error = False, f"client disconnected: {error}"
         finally:
             record.duration_ms = _ms_since(started)
-            self.recorder.submit(record)
+            if action.keep:
+                self.recorder.submit(record)
         return response
 
-    async def _mock(self, request: web.Request, action: Mock) -> web.Response:
-        record, ours = action.record, action.request
-        started = time.perf_counter()
-        try:
-            answer = await run_mock(
-                action.rule, MockRequest(ours.method, ours.route, ours.headers, ours.body)
-            )
-            status, headers, body = answer.status, answer.headers, answer.body
-        except Exception as error:  # the user's code: any failure becomes a clear 500
-            message = f"forkpoint: mock {action.rule.text!r} raised {type(error).__name__}: {error}"
-            log.warning("%s (run %s, step %d)", message, record.run_id, record.step)
-            dialect = dialect_for(record.method, record.route.partition("?")[0])
-            headers, body = dialect.error_response(500, message, error_type="forkpoint_mock")
-            status, record.error = 500, message
-        record.status, record.response_headers, record.response_body = status, headers, body
-        record.ttfb_ms = record.duration_ms = _ms_since(started)
-        self.recorder.submit(record)
+    async def _mock(
+        self, request: web.Request, action: Mock, pulls: list[asyncio.Task[None]]
+    ) -> web.Response:
+        status, headers, body = await answer_mock(action)
+        if pulls:
+            await asyncio.gather(*pulls)
+        self.recorder.submit(action.record)
         return web.Response(status=status, headers=CIMultiDict(headers), body=body)
 
     async def _wait_for(self, offset_ms: float, started: float) -> None:
@@ -227,6 +224,50 @@ class Gateway:
         delay = offset_ms / 1000 / self.pace.factor - (time.perf_counter() - started)
         if delay > 0:
             await asyncio.sleep(delay)
+
+
+# What a front door answers, and records, for an action: shared with the interceptor.
+
+
+def upstream_failed(
+    record: Exchange, message: str, *, timeout: bool = False
+) -> tuple[int, Headers, bytes]:
+    """Record an upstream that sent no response as the dialect's 502 (504 when it timed out)."""
+    status = 504 if timeout else 502
+    dialect = dialect_for(record.method, record.route.partition("?")[0])
+    headers, body = dialect.error_response(status, message, error_type="forkpoint_upstream")
+    record.status, record.response_headers, record.response_body = status, headers, body
+    record.error, record.complete = message, False
+    return status, headers, body
+
+
+def take_recorded(record: Exchange, recorded: Exchange) -> Headers:
+    """Record the recorded response served; the headers to send, redacted ones left out."""
+    record.status, record.response_headers = recorded.status, recorded.response_headers
+    record.response_body, record.error = recorded.response_body, recorded.error
+    record.complete, record.upstream = recorded.complete, recorded.upstream
+    record.summary = recorded.summary
+    return tuple((k, v) for k, v in recorded.response_headers if v != REDACTED)
+
+
+async def answer_mock(action: Mock) -> tuple[int, Headers, bytes]:
+    """Run the mock's callable for the request and record its answer."""
+    record, ours = action.record, action.request
+    started = time.perf_counter()
+    try:
+        answer = await run_mock(
+            action.rule, MockRequest(ours.method, ours.route, ours.headers, ours.body)
+        )
+        status, headers, body = answer.status, answer.headers, answer.body
+    except Exception as error:  # the user's code: any failure becomes a clear 500
+        message = f"forkpoint: mock {action.rule.text!r} raised {type(error).__name__}: {error}"
+        log.warning("%s (run %s, step %d)", message, record.run_id, record.step)
+        dialect = dialect_for(record.method, record.route.partition("?")[0])
+        headers, body = dialect.error_response(500, message, error_type="forkpoint_mock")
+        status, record.error = 500, message
+    record.status, record.response_headers, record.response_body = status, headers, body
+    record.ttfb_ms = record.duration_ms = _ms_since(started)
+    return status, headers, body
 
 
 def split_run(raw_path: str, run_header: str | None) -> tuple[str | None, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
@@ -17,9 +17,14 @@ from forkpoint.cassettes.store import Store
 from forkpoint.loop_thread import LoopThread
 from forkpoint.proxy.engine import EngineConfig
 from forkpoint.proxy.gateway import DEFAULT_MAX_BODY, Gateway, Pace
+from forkpoint.proxy.intercept import InterceptOptions, require_mitmproxy
 from forkpoint.proxy.recorder import Recorder
 from forkpoint.proxy.sessions import Sessions
+from forkpoint.proxy.snapshots import SnapshotPolicy, Snapshotter
 from forkpoint.proxy.upstream import AiohttpSender, Sender
+
+if TYPE_CHECKING:
+    from forkpoint.proxy.intercept_server import InterceptServer
 
 T = TypeVar("T")
 
@@ -36,11 +41,14 @@ class Proxy:
         port: int = 0,
         read_timeout: float = 600.0,
         max_body: int = DEFAULT_MAX_BODY,
+        snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
+        intercept: InterceptOptions | None = None,
     ):
         self.store = store
         self.config = config
         self.sessions = Sessions(store, config)
-        self.recorder = Recorder(store)
+        self.recorder = Recorder(store, match=config.match)
+        self.snapshotter = Snapshotter(snapshot_policy, self.recorder.submit)
         self._own_sender = sender is None
         self.sender: Sender = sender or AiohttpSender(read_timeout=read_timeout)
         self.gateway = Gateway(
@@ -48,9 +56,17 @@ class Proxy:
             config=config,
             sender=self.sender,
             recorder=self.recorder,
+            snapshotter=self.snapshotter,
             pace=pace,
             max_body=max_body,
         )
+        # The second front door, an HTTPS_PROXY (mitmproxy, an optional extra), when asked for.
+        self.interceptor: InterceptServer | None = None
+        if intercept is not None:
+            require_mitmproxy()
+            from forkpoint.proxy.intercept_server import InterceptServer
+
+            self.interceptor = InterceptServer(self, intercept)
         self._host, self._port = host, port
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -62,15 +78,21 @@ class Proxy:
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
+        if self.interceptor is not None:
+            await self.interceptor.start()
         return self.url
 
     async def stop(
         self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None
     ) -> None:
         """Stop serving, commit every exchange, then close the runs with `status`."""
+        if self.interceptor is not None:
+            await self.interceptor.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.snapshotter.close()
+        await self.gateway.control.close()
         if self._own_sender and isinstance(self.sender, AiohttpSender):
             await self.sender.close()
         await asyncio.to_thread(self.recorder.flush, None)

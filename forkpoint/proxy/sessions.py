@@ -6,7 +6,7 @@ import re
 
 from ulid import ULID
 
-from forkpoint.cassettes.models import Exchange, Mode, Run, RunStatus
+from forkpoint.cassettes.models import Exchange, Mode, Run, RunStatus, Snapshot
 from forkpoint.cassettes.store import Store
 from forkpoint.errors import ConfigError, RunNotFound
 from forkpoint.proxy.changes import Change
@@ -40,25 +40,40 @@ class Sessions:
         return self._open(Session(run), [], default)
 
     def start_replay(
-        self, source_ref: str, *, on_divergence: OnDivergence = OnDivergence.FAIL,
-        run_id: str | None = None, name: str | None = None,
-        labels: dict[str, str] | None = None, default: bool = True,
-    ) -> Session:  # fmt: skip
+        self,
+        source_ref: str,
+        *,
+        on_divergence: OnDivergence = OnDivergence.FAIL,
+        run_id: str | None = None,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        default: bool = True,
+    ) -> Session:
         """A new run that replays `source_ref` (id, id prefix or name) from the cassette; with
         `on_divergence=live` it forks itself at the first request the recording lacks."""
         source = self._store.find_run(source_ref)
         run = Run(
-            id=run_id or new_run_id(), name=name, labels=dict(labels or source.labels),
-            mode=Mode.REPLAY, parent_id=source.id,
-        )  # fmt: skip
+            id=run_id or new_run_id(),
+            name=name,
+            labels=dict(labels or source.labels),
+            mode=Mode.REPLAY,
+            parent_id=source.id,
+        )
         session = Session(run, fork_step=None, on_divergence=on_divergence)
         return self._open(session, self._store.exchanges(source.id), default)
 
     def start_fork(
-        self, parent_ref: str, *, at: int, change: Change = Change(),
-        on_divergence: OnDivergence = OnDivergence.FAIL, run_id: str | None = None,
-        name: str | None = None, labels: dict[str, str] | None = None, default: bool = True,
-    ) -> Session:  # fmt: skip
+        self,
+        parent_ref: str,
+        *,
+        at: int,
+        change: Change = Change(),
+        on_divergence: OnDivergence = OnDivergence.FAIL,
+        run_id: str | None = None,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        default: bool = True,
+    ) -> Session:
         """A child run of `parent_ref`: its steps < `at` replayed, then live with `change`."""
         parent = self._store.find_run(parent_ref)
         source = self._store.exchanges(parent.id)
@@ -66,14 +81,42 @@ class Sessions:
             raise ConfigError(
                 f"cannot fork run {parent.id} at step {at}: it has {len(source)} steps "
                 f"(fork at 0 … {len(source)})",
-                run_id=parent.id, step=at,
-            )  # fmt: skip
+                run_id=parent.id,
+                step=at,
+            )
         run = Run(
-            id=run_id or new_run_id(), name=name, labels=dict(labels or parent.labels),
-            mode=Mode.FORK, parent_id=parent.id, fork_step=at, change=change.to_json(),
-        )  # fmt: skip
+            id=run_id or new_run_id(),
+            name=name,
+            labels=dict(labels or parent.labels),
+            mode=Mode.FORK,
+            parent_id=parent.id,
+            fork_step=at,
+            change=change.to_json(),
+        )
         session = Session(run, fork_step=at, on_divergence=on_divergence, change=change)
+        session.restore_points = _by_adapter(self._store.latest_snapshots(parent.id, at_most=at))
         return self._open(session, source, default)
+
+    def start_resume(self, run_ref: str, *, default: bool = True) -> Session:
+        """Go on with a crashed or stopped run: its recorded steps are served from the
+        cassette (not written again), then it continues live, appending to the same run."""
+        run = self._store.find_run(run_ref)
+        if run.status is RunStatus.FINISHED:
+            raise ConfigError(
+                f"run {run.id} finished: there is nothing to resume "
+                "(fork it to run it again with a change)",
+                run_id=run.id,
+            )
+        source = self._store.exchanges(run.id)
+        run.status = RunStatus.RUNNING
+        session = Session(run, fork_step=len(source), appending=True)
+        session.restore_points = _by_adapter(self._store.latest_snapshots(run.id))
+        session.load(source, self._config)
+        self._store.finish_run(run.id, RunStatus.RUNNING)
+        self._sessions[run.id] = session
+        if default:
+            self.default_id = run.id
+        return session
 
     def _open(self, session: Session, source: list[Exchange], default: bool) -> Session:
         self._store.create_run(session.run)
@@ -118,4 +161,8 @@ class Sessions:
 
 
 def _step_count(store: Store, run_id: str) -> int:
-    return len(store.exchanges(run_id, bodies=False))
+    return store.step_count(run_id)
+
+
+def _by_adapter(snapshots: list[Snapshot]) -> dict[str, Snapshot]:
+    return {snapshot.adapter: snapshot for snapshot in snapshots}

@@ -105,6 +105,21 @@ class Prompt:
         """How many assistant turns the history already holds."""
         return sum(1 for m in self.messages if m.role == "assistant")
 
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the answer must follow (structured output: `parse` in the SDKs), or
+        None: Chat's `response_format`, Responses' `text.format`, Anthropic's
+        `output_config.format`. A script answers such a request with JSON text."""
+        body = self.body
+        if self.dialect == "openai_chat":
+            spec = body.get("response_format") or {}
+            schema = (spec.get("json_schema") or {}).get("schema")
+        else:
+            holder = body.get("text" if self.dialect == "openai_responses" else "output_config")
+            spec = (holder or {}).get("format") or {}
+            schema = spec.get("schema")
+        return schema if spec.get("type") == "json_schema" else None
+
 
 Script = Callable[[Prompt], Reply | ErrorReply]
 

@@ -36,8 +36,9 @@ from forkpoint.testing.script import (
     echo_script,
     parse_prompt,
 )
+from forkpoint.testing.threads import ThreadError, Threads
 from forkpoint.testing.wire import Event, Wire, frame, random_id
-from forkpoint.testing.wire_anthropic import MESSAGES
+from forkpoint.testing.wire_anthropic import MESSAGES, streamed_message
 from forkpoint.testing.wire_openai import CHAT, RESPONSES
 
 __all__ = [
@@ -91,6 +92,7 @@ class ScriptedUpstream:
         self.chunk_delay = chunk_delay
         self.compress = compress
         self.requests: list[ReceivedRequest] = []
+        self.threads = Threads()  # Anthropic's server-held conversations
         self.app = web.Application(middlewares=[self._record])
         for route, (dialect, wire) in _ROUTES.items():
             handler = partial(self._answer, dialect, wire)
@@ -144,6 +146,14 @@ class ScriptedUpstream:
         if not body.get("model"):
             error = wire.error(400, "you must provide a model parameter", "server_error")
             return self._json(request, 400, error, headers)
+        threaded = dialect == "anthropic_messages"
+        if threaded:
+            resolved = self.threads.resolve(body)
+            if isinstance(resolved, ThreadError):
+                error = wire.error(resolved.status, resolved.message, "server_error")
+                error["error"]["details"] = {"error_code": resolved.code}
+                return self._json(request, resolved.status, error, headers)
+            body = resolved
         prompt = parse_prompt(dialect, body)
         reply = self.script(prompt)
         if isinstance(reply, ErrorReply):
@@ -154,8 +164,13 @@ class ScriptedUpstream:
         usage = count_usage(body, reply)
         if prompt.stream:
             events = wire.events(prompt, reply, usage)
+            if threaded:
+                self.threads.remember(body, streamed_message(events))
             return await self._stream(request, events, reply.cut_after, headers)
-        return self._json(request, 200, wire.body(prompt, reply, usage), headers)
+        payload = wire.body(prompt, reply, usage)
+        if threaded:
+            self.threads.remember(body, payload)
+        return self._json(request, 200, payload, headers)
 
     def _json(
         self, request: web.Request, status: int, payload: Any, headers: dict[str, str]

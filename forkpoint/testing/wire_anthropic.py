@@ -12,7 +12,7 @@ from typing import Any
 from forkpoint.testing.script import Prompt, Reply, Usage, split_words
 from forkpoint.testing.wire import Event, Wire, fragments, random_id
 
-__all__ = ["MESSAGES"]
+__all__ = ["MESSAGES", "streamed_message"]
 
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 _ERROR_TYPES = {
@@ -102,3 +102,27 @@ def _events(prompt: Prompt, reply: Reply, usage: Usage) -> list[Event]:
 
 
 MESSAGES = Wire(_body, _events, _error, "request-id")
+
+
+def streamed_message(events: list[Event]) -> dict[str, Any]:
+    """The message a stream's events add up to (its content blocks with their ids), as the
+    SDK accumulates it: what a thread holds as the reply."""
+    message: dict[str, Any] = {}
+    blocks: list[dict[str, Any]] = []
+    partial_json: dict[int, str] = {}
+    for _, data in events:
+        if not isinstance(data, dict):  # ping
+            continue
+        if data["type"] == "message_start":
+            message = dict(data["message"])
+        elif data["type"] == "content_block_start":
+            blocks.append(dict(data["content_block"]))
+        elif data["type"] == "content_block_delta":
+            delta, index = data["delta"], data["index"]
+            if delta["type"] == "text_delta":
+                blocks[index]["text"] += delta["text"]
+            else:
+                partial_json[index] = partial_json.get(index, "") + delta["partial_json"]
+    for index, text in partial_json.items():
+        blocks[index]["input"] = json.loads(text) if text else {}
+    return {**message, "content": blocks}

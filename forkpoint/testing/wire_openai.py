@@ -214,7 +214,8 @@ def _response(prompt: Prompt, created_at: int, rid: str) -> dict[str, Any]:
         "service_tier": "default",
         "store": body.get("store", True),
         "temperature": body.get("temperature", 1.0),
-        "text": body.get("text") or {"format": {"type": "text"}, "verbosity": "medium"},
+        # The request's `text` (a structured output's format) is echoed, with the defaults.
+        "text": {"format": {"type": "text"}, "verbosity": "medium", **(body.get("text") or {})},
         "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools") or [],
         "top_logprobs": body.get("top_logprobs", 0),

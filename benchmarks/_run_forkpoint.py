@@ -1,0 +1,63 @@
+"""forkpoint's gateway in a process of its own, so the benchmark's client never shares its GIL.
+
+Prints its base URL on the first line of stdout and serves until SIGTERM or SIGINT, then
+commits every exchange and closes the run, so a recording is complete once the process exits.
+
+    python benchmarks/_run_forkpoint.py --mode record --cassette c.db --upstream URL --run ID
+    python benchmarks/_run_forkpoint.py --mode replay --cassette c.db --run ID
+    ... --profile out.prof   # cProfile, written on exit (from 3.12 it sees every thread)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import signal
+
+from forkpoint.api import engine_config
+from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.proxy.server import Proxy
+
+
+async def serve(mode: str, cassette: str, upstream: str | None, run: str) -> None:
+    store = SqliteStore(cassette)
+    try:
+        proxy = Proxy(store, engine_config(upstream if mode == "record" else None))
+        if mode == "record":
+            proxy.sessions.start_record(run_id=run, name=run)
+        else:
+            proxy.sessions.start_replay(run)
+        print(await proxy.start(), flush=True)
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await proxy.stop()
+    finally:
+        store.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=("record", "replay"), required=True)
+    parser.add_argument("--cassette", required=True, help="SQLite cassette file")
+    parser.add_argument("--upstream", help="base URL to record from (record mode)")
+    parser.add_argument("--run", required=True, help="run id to record, or to replay")
+    parser.add_argument("--profile", help="write a cProfile of the process here on exit")
+    args = parser.parse_args()
+    if args.mode == "record" and not args.upstream:
+        parser.error("--mode record needs --upstream")
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler:
+        profiler.enable()
+    try:
+        asyncio.run(serve(args.mode, args.cassette, args.upstream, args.run))
+    finally:
+        if profiler:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()

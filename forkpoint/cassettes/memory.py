@@ -1,0 +1,137 @@
+"""A `Store` held in process memory, for test cassettes that are read whole and written whole.
+
+A test loads its text cassette into one of these, the proxy serves and records through it, and
+the plugin writes the recorded run back to the file: no database, nothing left on disk. Runs and
+exchanges are copied in and out, so callers see values as they would from `SqliteStore`.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Iterable
+
+from forkpoint.cassettes.models import Exchange, Run, RunStatus, Snapshot
+from forkpoint.errors import CassetteError, RunNotFound
+
+
+class MemoryStore:
+    """A `Store` in dictionaries; safe to share between the event loop and the recorder thread."""
+
+    def __init__(self, label: str = "memory") -> None:
+        self.label = label  # names the store in messages, as a path does for SqliteStore
+        self._lock = threading.Lock()
+        self._runs: dict[str, Run] = {}
+        self._exchanges: dict[str, dict[int, Exchange]] = {}
+        self._snapshots: dict[str, dict[tuple[int, str], Snapshot]] = {}
+        self._closed = False
+
+    def _open(self) -> None:
+        if self._closed:
+            raise CassetteError(f"the cassette {self.label} is closed")
+
+    def create_run(self, run: Run) -> None:
+        with self._lock:
+            self._open()
+            if run.id in self._runs:
+                raise CassetteError(f"{self.label} already has a run {run.id}", run_id=run.id)
+            self._runs[run.id] = copy.copy(run)
+            self._exchanges[run.id] = {}
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        fork_step: int | None = None,
+    ) -> None:
+        with self._lock:
+            self._open()
+            run = self._runs[run_id]
+            run.status, run.ended_at, run.error = status, time.time(), error
+            if fork_step is not None:
+                run.fork_step = fork_step
+
+    def get_run(self, run_id: str) -> Run:
+        with self._lock:
+            self._open()
+            run = self._runs.get(run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
+        return copy.copy(run)
+
+    def find_run(self, ref: str) -> Run:
+        """A run by id, name (newest first) or unique id prefix of 4 characters or more."""
+        with self._lock:
+            self._open()
+            runs = sorted(self._runs.values(), key=lambda r: r.id, reverse=True)
+        found = [r for r in runs if r.id == ref] or [r for r in runs if r.name == ref][:1]
+        if not found and len(ref) >= 4:
+            found = [r for r in runs if r.id.startswith(ref.upper())]
+        if len(found) == 1:
+            return copy.copy(found[0])
+        if found:
+            raise RunNotFound(f"{ref!r} matches several runs; give more of the id", run_id=ref)
+        raise RunNotFound(f"no run {ref!r} in {self.label}", run_id=ref)
+
+    def list_runs(self) -> list[Run]:
+        with self._lock:
+            self._open()
+            return [copy.copy(run) for _, run in sorted(self._runs.items())]
+
+    def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
+        with self._lock:
+            self._open()
+            for exchange in exchanges:
+                steps = self._exchanges.get(exchange.run_id)
+                if steps is None:
+                    raise CassetteError(
+                        f"no run {exchange.run_id} in {self.label} for step {exchange.step}",
+                        run_id=exchange.run_id,
+                        step=exchange.step,
+                    )
+                steps[exchange.step] = copy.copy(exchange)
+
+    def step_count(self, run_id: str) -> int:
+        with self._lock:
+            self._open()
+            return len(self._exchanges.get(run_id, {}))
+
+    def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
+        """A run's exchanges in step order; bodies are always there (they cost nothing here)."""
+        with self._lock:
+            self._open()
+            steps = self._exchanges.get(run_id, {})
+            return [copy.copy(steps[step]) for step in sorted(steps)]
+
+    def add_snapshot(self, snapshot: Snapshot) -> None:
+        """Keep a snapshot; a later one for the same (run, step, adapter) replaces it."""
+        with self._lock:
+            self._open()
+            taken = self._snapshots.setdefault(snapshot.run_id, {})
+            taken[(snapshot.step, snapshot.adapter)] = copy.copy(snapshot)
+
+    def snapshots(self, run_id: str, *, data: bool = False) -> list[Snapshot]:
+        """A run's snapshots by step, failed pulls included; `data=True` includes the state."""
+        with self._lock:
+            self._open()
+            taken = self._snapshots.get(run_id, {})
+            found = [copy.copy(taken[key]) for key in sorted(taken)]
+        if not data:
+            for snapshot in found:
+                snapshot.data = b""
+        return found
+
+    def latest_snapshots(self, run_id: str, *, at_most: int | None = None) -> list[Snapshot]:
+        """For each adapter, its newest good snapshot at a step <= `at_most`, state included."""
+        newest: dict[str, Snapshot] = {}
+        for snapshot in self.snapshots(run_id, data=True):
+            if snapshot.ok and (at_most is None or snapshot.step <= at_most):
+                newest[snapshot.adapter] = snapshot
+        return list(newest.values())
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True

@@ -1,0 +1,122 @@
+"""The pytest plugin: a test's API traffic served from its own cassette, through the proxy.
+
+    @pytest.mark.forkpoint                     # or ask for the `forkpoint` fixture
+    def test_refund(forkpoint):
+        agent.run("refund order A1001")        # its clients read OPENAI_BASE_URL …
+        assert [c.name for c in forkpoint.run.tool_calls] == ["lookup_order", "refund"]
+
+Each test gets a gateway of its own on a free port, with OPENAI_BASE_URL, ANTHROPIC_BASE_URL
+(and the rest `forkpoint record` sets) pointing at it for the test's duration. Cassettes live at
+`<test dir>/cassettes/<module>/<test>.yaml`; `--forkpoint-record` picks replay or recording.
+
+Loaded in every pytest session that has forkpoint installed, so until a test asks for the
+fixture it imports only the record modes (to check `--forkpoint-record`), never the proxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from forkpoint.testing.harness import CassetteProxy
+
+_CALL_PASSED = pytest.StashKey[bool]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("forkpoint", "forkpoint cassettes")
+    group.addoption(
+        "--forkpoint-record",
+        default="none",
+        metavar="MODE",
+        help="none (replay only, the default), once (record missing cassettes), new_episodes "
+        "(record what cassettes lack), all (re-record every cassette).",
+    )
+    group.addoption(
+        "--forkpoint-upstream",
+        default=None,
+        metavar="URL",
+        help="Where recording sends requests [env FORKPOINT_UPSTREAM; default: the real APIs].",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "forkpoint(cassette=None, *, upstream=None, routes=None, volatile_fields=(), "
+        "pace='fast'): serve the test's API traffic from a forkpoint cassette.",
+    )
+    from forkpoint.errors import ConfigError
+    from forkpoint.testing.record_mode import RecordMode
+
+    try:
+        RecordMode.parse(config.getoption("--forkpoint-record"))
+    except ConfigError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_PASSED] = report.passed
+    return report
+
+
+@pytest.fixture
+def forkpoint(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[CassetteProxy]:
+    """The test's proxy: `.url`, `.run` (`.steps`, `.tool_calls`), `.exchanges`, `.unplayed`.
+
+    A passing test that recorded writes its cassette; a request the cassette lacks fails the
+    test with the divergence report.
+    """
+    from forkpoint.errors import ForkpointError
+    from forkpoint.testing.harness import CassetteProxy, default_cassette, options_for
+
+    node = request.node
+    marker = node.get_closest_marker("forkpoint")
+    class_name = request.cls.__name__ if request.cls else None
+    try:
+        proxy = CassetteProxy(
+            options_for(
+                marker.args if marker else (),
+                marker.kwargs if marker else {},
+                default=default_cassette(Path(node.path), node.name, class_name),
+                record=request.config.getoption("--forkpoint-record"),
+                upstream=request.config.getoption("--forkpoint-upstream"),
+                name=node.nodeid,
+            )
+        )
+        env = proxy.start()
+    except ForkpointError as error:
+        failure: str | None = f"forkpoint: {error}"
+    else:
+        failure = None
+    if failure is not None:  # outside the `except`, so the report shows no exception chain
+        pytest.fail(failure, pytrace=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    yield proxy
+    passed = node.stash.get(_CALL_PASSED, False)
+    proxy.stop(save=passed)
+    report = "\n\n".join(proxy.divergences())
+    if not report:
+        return
+    if passed:  # the agent swallowed the error: the test must not pass on a broken replay
+        pytest.fail(f"forkpoint: the test diverged from {proxy.cassette}\n{report}", pytrace=False)
+    node.add_report_section("teardown", "forkpoint divergence", report)
+
+
+@pytest.fixture(autouse=True)
+def _forkpoint_marker(request: pytest.FixtureRequest) -> None:
+    """A marked test gets the proxy without asking for the fixture."""
+    if request.node.get_closest_marker("forkpoint") is not None:
+        request.getfixturevalue("forkpoint")

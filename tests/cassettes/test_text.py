@@ -1,0 +1,250 @@
+"""Text cassettes: what forkpoint writes reads back the same, vcrpy plays it in-process, what
+vcrpy records replays through the proxy, and a broken file says where it is broken."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+import vcr
+
+from forkpoint.cassettes import text
+from forkpoint.cassettes.models import Chunk, Exchange, Origin, Run, RunStatus
+from forkpoint.cassettes.transfer import export_run, import_file
+from forkpoint.errors import CassetteError, SchemaVersionError
+from forkpoint.proxy.encoding import header
+from forkpoint.testing.upstream import ScriptedUpstream
+
+QUESTIONS = [("plain", False), ("stream me please", True)]
+
+
+def post(url: str, body: dict, key: str = "sk-text-secret") -> bytes:  # type: ignore[type-arg]
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {key}",
+            "Accept-Encoding": "gzip",
+        },
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        data = response.read()
+        return gzip.decompress(data) if response.headers["Content-Encoding"] == "gzip" else data
+
+
+def chat(question: str, stream: bool) -> dict:  # type: ignore[type-arg]
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": question}]}
+    return {**body, "stream": True} if stream else body
+
+
+def same_response(a: bytes, b: bytes, stream: bool) -> bool:
+    """Streams byte for byte; JSON by value (text cassettes pretty-print it)."""
+    return a == b if stream else json.loads(a) == json.loads(b)
+
+
+@pytest.fixture
+def recorded(start_upstream, start_proxy, store):  # type: ignore[no-untyped-def]
+    """A run recorded through the proxy with a plain HTTP client: (run id, bodies, upstream)."""
+    upstream = start_upstream(ScriptedUpstream(chunk_delay=0.002, compress=True))
+    proxy = start_proxy(upstream.url)
+    run = proxy.proxy.sessions.start_record(name="text-run").run
+    seen = [post(f"{proxy.proxy.url}/v1/chat/completions", chat(q, s)) for q, s in QUESTIONS]
+    proxy.close()
+    return run.id, seen, upstream
+
+
+def test_a_run_reads_back_as_it_was_written(recorded, store):
+    run_id, _, _ = recorded
+    exchanges = store.exchanges(run_id)
+    content = text.dumps(store.get_run(run_id), exchanges)
+    run, loaded = text.loads(content)
+    assert (run.id, run.name, run.status) == (run_id, "text-run", RunStatus.FINISHED)
+    assert len(loaded) == len(exchanges) == 2
+    for before, after in zip(exchanges, loaded, strict=True):
+        assert (after.method, after.route, after.status, after.upstream) == (
+            before.method, before.route, before.status, before.upstream,
+        )  # fmt: skip
+        assert after.fingerprint == before.fingerprint and after.summary == before.summary
+        assert (after.complete, after.origin, after.started_at) == (
+            True,
+            Origin.LIVE,
+            before.started_at,
+        )
+    plain, stream = loaded
+    assert header(exchanges[0].response_headers, "content-encoding") == "gzip"
+    assert header(plain.response_headers, "content-encoding") is None  # stored decompressed
+    assert header(plain.response_headers, "content-length") == str(len(plain.response_body))
+    assert stream.response_body == exchanges[1].response_body
+    assert [(c.offset_ms, c.data) for c in stream.chunks or []] == [
+        (round(c.offset_ms, 3), c.data) for c in exchanges[1].chunks or []
+    ]
+    assert "sk-text-secret" not in content
+    assert '\n        "model": "gpt-4o",\n' in content and "data: [DONE]" in content
+
+
+def test_vcrpy_plays_an_exported_run_in_process(recorded, cassette, tmp_path):
+    run_id, seen, upstream = recorded
+    path = tmp_path / "exported.yaml"
+    path.write_text(export_run(run_id, fmt="vcr", cassette=cassette))
+    upstream.stop()  # vcrpy must answer every request itself
+    with vcr.use_cassette(str(path), record_mode="none"):
+        played = [post(f"{upstream.url}/v1/chat/completions", chat(q, s)) for q, s in QUESTIONS]
+    for (_, stream), live, again in zip(QUESTIONS, seen, played, strict=True):
+        assert same_response(live, again, stream)
+
+
+def test_a_vcrpy_recording_imports_and_replays_through_the_proxy(
+    start_upstream, start_proxy, store, cassette, tmp_path
+):
+    upstream = start_upstream(ScriptedUpstream())
+    path = tmp_path / "vcrpy.yaml"
+    with vcr.use_cassette(str(path), record_mode="once"):
+        seen = [
+            post(f"{upstream.url}/v1/chat/completions", chat(q, s), key="sk-vcr-secret")
+            for q, s in QUESTIONS
+        ]
+    assert "sk-vcr-secret" in path.read_text()  # vcrpy keeps credentials unless told not to
+    upstream.stop()
+
+    run, steps = import_file(path, cassette=cassette)
+    assert steps == 2 and run.labels["imported_from"] == "vcrpy.yaml"
+    assert b"sk-vcr-secret" not in b"".join(p.read_bytes() for p in tmp_path.glob("cassette.db*"))
+    imported = store.exchanges(run.id)
+    assert imported[0].route == "/v1/chat/completions" and imported[0].summary.model == "gpt-4o"
+    assert imported[1].chunks is not None and len(imported[1].chunks) >= 4  # cut into events
+
+    proxy = start_proxy(None)
+    proxy.proxy.sessions.start_replay(run.id)
+    played = [post(f"{proxy.proxy.url}/v1/chat/completions", chat(q, s)) for q, s in QUESTIONS]
+    for (_, stream), live, again in zip(QUESTIONS, seen, played, strict=True):
+        assert live == again if stream else json.loads(live) == json.loads(again)
+
+
+def exchange(**fields: object) -> Exchange:
+    defaults: dict[str, object] = dict(
+        run_id="r", step=0, method="POST", route="/v1/chat/completions",
+        request_headers=(("content-type", "application/json"),),
+        request_body=b'{"model":"gpt-4o"}', fingerprint="", status=200,
+        response_headers=(("content-type", "application/json"),), response_body=b'{"ok":1}',
+    )  # fmt: skip
+    return Exchange(**{**defaults, **fields})  # type: ignore[arg-type]
+
+
+def test_binary_bodies_cut_streams_and_refused_requests_survive():
+    exchanges = [
+        exchange(
+            response_headers=(("content-type", "image/png"),), response_body=b"\x89PNG\xff\x00"
+        ),
+        exchange(
+            step=1,
+            response_headers=(("content-type", "text/event-stream"),),
+            response_body=b"data: 1\n\ndata: 2",
+            chunks=[Chunk(1.5, b"data: 1\n\n"), Chunk(9.25, b"data: 2")],
+            complete=False,
+            error="upstream cut the response",
+        ),
+        exchange(step=2, status=400, origin=Origin.DIVERGED, error="forkpoint divergence: …"),
+    ]
+    _, loaded = text.loads(text.dumps(Run(id="r"), exchanges))
+    assert loaded[0].response_body == b"\x89PNG\xff\x00"
+    assert loaded[1].chunks == exchanges[1].chunks and not loaded[1].complete
+    assert loaded[1].error == "upstream cut the response"
+    assert (loaded[2].origin, loaded[2].upstream, loaded[2].status) == (Origin.DIVERGED, None, 400)
+
+
+VCRPY_FILE = """\
+interactions:
+- request:
+    body: '{"model": "claude-haiku-4-5", "max_tokens": 10, "messages": []}'
+    headers:
+      x-api-key: [sk-ant-real]
+    method: POST
+    uri: https://api.anthropic.com/v1/messages?key=abc
+  response:
+    body: {string: '{"type": "message", "model": "claude-haiku-4-5", "content": []}'}
+    headers:
+      Content-Length: ['3']
+    status: {code: 200, message: OK}
+version: 1
+"""
+
+
+def test_foreign_files_get_gateway_routes_and_lose_their_credentials():
+    run, [loaded] = text.loads(
+        VCRPY_FILE, source="tests/x.yaml", routes={"anthropic": "https://api.anthropic.com"}
+    )
+    assert run.name == "x" and run.status is RunStatus.FINISHED
+    assert loaded.route == "/anthropic/v1/messages?key=%5Bredacted%5D"
+    assert loaded.request_headers == (("x-api-key", "[redacted]"),)
+    assert loaded.upstream == "https://api.anthropic.com/v1/messages?key=%5Bredacted%5D"
+    assert header(loaded.response_headers, "content-length") == str(len(loaded.response_body))
+    assert loaded.summary is not None and loaded.summary.model == "claude-haiku-4-5"
+
+
+@pytest.mark.parametrize(
+    "content, line, message",
+    [
+        ("interactions:\n- request: {method: POST\n  response: oops\n", 3, "not valid YAML"),
+        (
+            "forkpoint:\n  format_version: 1\ninteractions:\n- request:\n    method: POST\n",
+            4,
+            "missing `response`",
+        ),
+        (
+            VCRPY_FILE.replace("status: {code: 200", "status: {code: two"),
+            12,
+            "`code` should be int, not str",
+        ),
+        ("just a string\n", 1, "not a cassette: it has no `interactions` list"),
+        ("interactions: []\nversion: 2\n", 2, "vcrpy cassette format 2"),
+    ],
+)
+def test_a_broken_file_is_an_error_naming_file_and_line(tmp_path, content, line, message):
+    path = tmp_path / "broken.yaml"
+    path.write_text(content)
+    with pytest.raises(CassetteError) as caught:
+        text.read(path)
+    assert str(caught.value).startswith(f"{path}, line {line}: ")
+    assert message in str(caught.value)
+
+
+def test_a_file_from_a_newer_forkpoint_says_to_upgrade(tmp_path):
+    path = tmp_path / "future.yaml"
+    path.write_text(
+        "# a comment\nforkpoint:\n  run: {id: R}\n  format_version: 2\ninteractions: []\nversion: 1\n"
+    )
+    with pytest.raises(SchemaVersionError) as caught:
+        text.read(path)
+    assert str(caught.value).startswith(f"{path}, line 4: written by a newer forkpoint")
+    assert "upgrade forkpoint" in str(caught.value) and caught.value.found == 2
+
+
+def test_an_edited_stream_whose_sizes_no_longer_add_up_says_what_to_do(recorded, store):
+    run_id, _, _ = recorded
+    content = text.dumps(store.get_run(run_id), store.exchanges(run_id))
+    edited = content.replace('"content":"stream "', '"content":"STREAM! "')
+    assert edited != content
+    with pytest.raises(CassetteError, match=r"chunk sizes add up to \d+ bytes but its body has"):
+        text.loads(edited, source="t.yaml")
+    without_chunks = "\n".join(
+        line
+        for line in edited.splitlines()
+        if not line.startswith("    - [") and line != "    chunks:"
+    )
+    _, [_, stream] = text.loads(without_chunks)
+    assert b"STREAM! " in stream.response_body and len(stream.chunks or []) >= 4
+
+
+def test_write_leaves_no_temporary_file_and_creates_folders(tmp_path):
+    path = tmp_path / "a" / "b" / "c.yaml"
+    text.write(path, Run(id="r"), [exchange()])
+    assert [p.name for p in path.parent.iterdir()] == ["c.yaml"]
+    assert orjson.loads(text.read(path)[1][0].request_body) == {"model": "gpt-4o"}
+    with pytest.raises(CassetteError, match="no cassette at"):
+        text.read(Path(tmp_path / "absent.yaml"))

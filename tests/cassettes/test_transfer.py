@@ -1,0 +1,79 @@
+"""Moving runs between the SQLite cassette and files, through the Python API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forkpoint.cassettes.models import Exchange, Run, RunStatus
+from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.transfer import FORMATS, export_run, guess_format, import_file
+from forkpoint.errors import ConfigError, RunNotFound
+
+
+def seed(cassette: Path) -> Run:
+    store = SqliteStore(cassette)
+    parent = Run(id="01PARENT", name="parent", status=RunStatus.FINISHED)
+    run = Run(
+        id="01CHILD",
+        name="child",
+        labels={"team": "a"},
+        parent_id=parent.id,
+        status=RunStatus.FINISHED,
+    )
+    store.create_run(parent)
+    store.create_run(run)
+    store.add_exchanges(
+        [
+            Exchange(
+                run_id=run.id, step=0, method="POST", route="/v1/chat/completions",
+                request_headers=(("content-type", "application/json"),),
+                request_body=b'{"model": "gpt-4o", "messages": []}', fingerprint="f",
+                status=200, response_headers=(("content-type", "application/json"),),
+                response_body=b'{"model": "gpt-4o", "choices": []}',
+            )
+        ]
+    )  # fmt: skip
+    store.close()
+    return run
+
+
+@pytest.mark.parametrize("fmt, suffix", [("vcr", ".yaml"), ("jsonl", ".jsonl"), ("har", ".har")])
+def test_every_format_round_trips_into_a_new_run(tmp_path, fmt, suffix):
+    source = tmp_path / "source.db"
+    seed(source)
+    path = tmp_path / f"child{suffix}"
+    path.write_text(export_run("child", fmt=fmt, cassette=source))
+    target = tmp_path / "target.db"
+    first, steps = import_file(path, cassette=target)
+    second, _ = import_file(path, cassette=target, name="again")
+    assert steps == 1 and first.id != second.id
+    assert (first.name, second.name, first.parent_id) == ("child", "again", None)
+    assert first.labels == {"team": "a", "imported_from": path.name}
+    store = SqliteStore(target)
+    [exchange] = store.exchanges(first.id)
+    store.close()
+    assert exchange.run_id == first.id and exchange.summary is not None
+    assert exchange.summary.model == "gpt-4o"
+
+
+def test_formats_are_guessed_from_the_name_then_the_content():
+    assert [guess_format(Path(f"x{s}"), "") for s in (".yml", ".ndjson", ".har")] == [
+        "vcr",
+        "jsonl",
+        "har",
+    ]
+    assert guess_format(Path("x"), '{"forkpoint": 1}') == "jsonl"
+    assert guess_format(Path("x"), '{"log": {}}') == "har"
+    assert guess_format(Path("x"), "interactions: []") == "vcr"
+    assert set(FORMATS) == {"vcr", "jsonl", "har"}
+
+
+def test_unknown_runs_and_formats_are_errors(tmp_path):
+    cassette = tmp_path / "c.db"
+    seed(cassette)
+    with pytest.raises(RunNotFound):
+        export_run("nope", fmt="vcr", cassette=cassette)
+    with pytest.raises(ConfigError, match="unknown format 'xml': use one of vcr, jsonl, har"):
+        export_run("child", fmt="xml", cassette=cassette)

@@ -1,0 +1,196 @@
+"""Cost per exchange and run totals, checked against prices computed by hand.
+
+Rates per million tokens, from genai-prices 0.2.3's table (genai_prices/data.py):
+    openai gpt-4o            input $2.50, cached input $1.25, output $10
+    openai gpt-4o-mini       input $0.15, cached input $0.075, output $0.60
+    anthropic claude-sonnet-4  input $3, cache read $0.30, output $15
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from decimal import Decimal
+
+import pytest
+
+from forkpoint.cassettes.models import Exchange, Kind, Origin, Summary, Usage
+from forkpoint.compare.cost import (
+    PRICES,
+    exchange_cost,
+    price,
+    provider_for,
+    run_totals,
+    usd,
+)
+from tests.compare.conftest import FORK_STEP
+
+M = Decimal(1_000_000)
+GPT_4O_USAGE = Usage(1000, 200, 400)
+
+
+def llm(
+    step: int = 0,
+    *,
+    model: str | None = "gpt-4o",
+    usage: Usage | None = GPT_4O_USAGE,
+    dialect: str = "openai_chat",
+    origin: Origin = Origin.LIVE,
+    status: int = 200,
+    duration_ms: float = 100.0,
+    started_at: float = 1_780_000_000.0,
+) -> Exchange:
+    return Exchange(
+        run_id="r",
+        step=step,
+        method="POST",
+        route="/v1/chat/completions",
+        request_headers=(),
+        request_body=b"{}",
+        fingerprint=f"fp{step}",
+        status=status,
+        origin=origin,
+        started_at=started_at,
+        duration_ms=duration_ms,
+        summary=Summary(Kind.LLM, dialect, model=model, usage=usage),
+    )
+
+
+def tool(step: int, *, duration_ms: float = 20.0, started_at: float = 1_780_000_000.5) -> Exchange:
+    return Exchange(
+        run_id="r",
+        step=step,
+        method="GET",
+        route=f"/orders/{step}",
+        request_headers=(),
+        request_body=b"",
+        fingerprint=f"tool{step}",
+        status=200,
+        started_at=started_at,
+        duration_ms=duration_ms,
+        summary=Summary(Kind.TOOL, "generic"),
+    )
+
+
+def test_gpt_4o_with_cached_input_is_priced_by_hand():
+    # 1000 input of which 400 cached, 200 output:
+    # 600 * 2.50 + 400 * 1.25 + 200 * 10 = 1500 + 500 + 2000 = 4000 per M
+    assert exchange_cost(llm()) == Decimal(4000) / M
+
+
+def test_anthropic_counts_cache_reads_as_part_of_the_whole_prompt():
+    # forkpoint's input is the whole prompt: 2000 with 1500 read from the cache, 100 output:
+    # 500 * 3 + 1500 * 0.30 + 100 * 15 = 1500 + 450 + 1500 = 3450 per M
+    exchange = llm(
+        model="claude-sonnet-4", usage=Usage(2000, 100, 1500), dialect="anthropic_messages"
+    )
+    assert exchange_cost(exchange) == Decimal(3450) / M
+
+
+def test_dated_model_names_and_reasoning_tokens_are_priced():
+    # o4-mini: input $1.10, output $4.40 (reasoning is output, at the output rate)
+    usage = Usage(input=1000, output=500, reasoning=300)
+    cost = price("o4-mini-2025-04-16", usage, provider="openai", at=time.time())
+    assert cost == (1000 * Decimal("1.10") + 500 * Decimal("4.40")) / M
+
+
+def test_a_claude_model_behind_an_openai_endpoint_is_found_by_name():
+    assert exchange_cost(llm(model="claude-sonnet-4", usage=Usage(1000, 0))) == Decimal(3000) / M
+
+
+def test_providers_come_from_the_dialect():
+    assert provider_for("openai_chat") == provider_for("openai_responses") == "openai"
+    assert provider_for("anthropic_messages") == "anthropic"
+    assert provider_for("generic") is None
+
+
+def test_an_unknown_model_costs_none_with_one_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="forkpoint.compare.cost"):
+        costs = [exchange_cost(llm(step, model="house-model-warned")) for step in range(3)]
+    assert costs == [None, None, None]
+    warnings = [r for r in caplog.records if "house-model-warned" in r.getMessage()]
+    assert len(warnings) == 1 and PRICES in warnings[0].getMessage()
+
+
+def test_only_live_calls_cost_something():
+    assert exchange_cost(llm(origin=Origin.REPLAYED)) == 0
+    assert exchange_cost(llm(origin=Origin.DIVERGED)) == 0
+    assert exchange_cost(tool(1)) == 0
+
+
+def test_a_failed_call_without_usage_is_free_and_a_successful_one_is_unknown():
+    assert exchange_cost(llm(usage=None, status=429)) == 0
+    assert exchange_cost(llm(usage=None, status=200)) is None
+
+
+def test_totals_count_tokens_cost_time_and_steps():
+    exchanges = [llm(0), tool(1), llm(2, usage=Usage(1200, 50), started_at=1_780_000_001.0)]
+    totals = run_totals(exchanges)
+    assert (totals.steps, totals.llm_steps, totals.tool_steps) == (3, 2, 1)
+    assert totals.usage == Usage(2200, 250, 400) and totals.tokens == 2450
+    # step 2: 1200 * 2.50 + 50 * 10 = 3500 per M
+    assert totals.cost_usd == Decimal(4000 + 3500) / M
+    assert (totals.llm_ms, totals.tool_ms) == (200.0, 20.0)
+    assert totals.wall_ms == pytest.approx(1100.0)  # 0 s → the last call ends at 1.0 s + 100 ms
+    assert totals.prices == PRICES and PRICES.startswith("genai-prices ")
+
+
+def test_one_unpriced_step_makes_the_total_unknown_not_smaller():
+    totals = run_totals([llm(0), llm(1, model="house-model-7b")])
+    assert totals.cost_usd is None and totals.unpriced_steps == (1,)
+    assert totals.to_json()["cost_usd"] is None
+
+
+def test_a_replayed_prefix_is_free_and_counted_apart():
+    exchanges = [llm(0, origin=Origin.REPLAYED), tool(1), llm(2)]
+    totals = run_totals(exchanges)
+    assert totals.cost_usd == Decimal(4000) / M
+    assert (totals.replayed_steps, totals.replayed_usage) == (1, Usage(1000, 200, 400))
+    assert totals.usage == Usage(1000, 200, 400)  # the live step only
+    later = run_totals(exchanges, from_step=1)
+    assert (later.steps, later.replayed_steps, later.cost_usd) == (2, 0, Decimal(4000) / M)
+
+
+def test_usd_reads_well():
+    assert usd(Decimal("0.00342")) == "$0.00342"
+    assert usd(Decimal("-0.0012"), signed=True) == "-$0.0012"
+    assert usd(Decimal(0), signed=True) == "±$0"
+    assert usd(None) == "?"
+
+
+def test_streamed_usage_is_priced_from_its_last_events(shop, store):
+    run = shop.record("streamed", stream=True)
+    exchanges = store.exchanges(run.id)
+    llm_steps = [e for e in exchanges if e.summary and e.summary.kind == Kind.LLM]
+    assert len(llm_steps) == 3 and all(e.streamed for e in llm_steps)
+    final = llm_steps[-1]
+    usage = final.summary.usage if final.summary else None
+    assert usage is not None and usage.input > 0 and usage.output > 0 and usage.cached == 8
+    expected = (
+        (usage.input - usage.cached) * Decimal("2.50") + usage.cached * Decimal("1.25")
+        + usage.output * 10
+    ) / M  # fmt: skip
+    assert exchange_cost(final) == expected
+    assert run_totals(exchanges).cost_usd == sum(
+        (exchange_cost(e) or Decimal(0) for e in llm_steps), Decimal(0)
+    )
+
+
+def test_a_fork_pays_only_for_its_live_steps_at_its_model(shop, store):
+    parent = shop.record("parent")
+    child = shop.fork(parent, "child", model="gpt-4o-mini")
+    exchanges = store.exchanges(child.id)
+    assert [e.origin for e in exchanges[:FORK_STEP]] == [Origin.REPLAYED] * FORK_STEP
+    totals = run_totals(exchanges)
+    assert totals.replayed_steps == FORK_STEP
+    live = [e.summary.usage for e in exchanges[FORK_STEP:] if e.summary and e.summary.usage]
+    expected = sum(
+        (
+            (u.input - u.cached) * Decimal("0.15")
+            + u.cached * Decimal("0.075")
+            + u.output * Decimal("0.60")
+        )
+        / M
+        for u in live
+    )
+    assert totals.cost_usd == expected and totals.usage == sum(live, Usage())

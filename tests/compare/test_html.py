@@ -1,0 +1,80 @@
+"""The HTML page: a valid, self-contained document with the diff's tables, values escaped."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+from forkpoint.cassettes.models import Exchange, Kind, Run, Summary
+from forkpoint.compare.diff import diff_runs, diff_stored
+from forkpoint.compare.html import diff_html
+
+VOID = {"meta", "br", "link", "img", "input", "hr"}
+
+
+class Page(HTMLParser):
+    """Collects tags and text, and checks every non-void element is closed in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attributes: list[tuple[str, str | None]] = []
+        self.open: list[str] = []
+        self.text: list[str] = []
+        self.doctype: str | None = None
+
+    def handle_decl(self, decl: str) -> None:
+        self.doctype = decl
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attributes += attrs
+        if tag not in VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        assert self.open and self.open.pop() == tag, f"</{tag}> closes nothing open"
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    page.close()
+    assert page.open == [], f"unclosed: {page.open}"
+    return page
+
+
+def test_the_page_is_valid_and_self_contained(shop, store):
+    parent = shop.record("parent")
+    shop.fork(parent, "child", model="gpt-4o-mini")
+    page = parse(diff_html(diff_stored(store, "parent", "child")))
+    assert page.doctype == "DOCTYPE html"
+    assert page.tags[:4] == ["html", "head", "meta", "title"] and "style" in page.tags
+    assert page.tags.count("table") == 3 and "td" in page.tags
+    assert not {"script", "link", "img", "iframe", "object"} & set(page.tags)
+    assert all(name not in ("src", "href") for name, _ in page.attributes)
+    text = "".join(page.text)
+    assert "http://" not in text and "https://" not in text and "url(" not in text
+    assert "First difference: step 2." in text and "refund_policy" in text
+    assert "replayed prefix" in text and "+[gpt-4o-mini]" in text
+
+
+def test_values_from_the_cassette_are_escaped():
+    def answer(run_id: str, text: str) -> Exchange:
+        return Exchange(
+            run_id=run_id, step=0, method="POST", route="/v1/chat/completions",
+            request_headers=(), request_body=b"{}", fingerprint="x", status=200,
+            summary=Summary(Kind.LLM, "openai_chat", model="gpt-4o", text=text),
+        )  # fmt: skip
+
+    hostile = '<script>alert("x")</script><img src="https://evil.example/x.png">'
+    html = diff_html(
+        diff_runs(Run("a", name="<b>"), [answer("a", "fine")], Run("b"), [answer("b", hostile)])
+    )
+    page = parse(html)
+    assert (
+        "script" not in page.tags and "img" not in page.tags and "b" in page.tags
+    )  # <b>A</b> only
+    assert hostile in "".join(page.text)

@@ -1,0 +1,162 @@
+"""Crash an agent (and the proxy), then resume: recorded steps cost nothing, state comes back."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from forkpoint.cassettes.models import Origin, RunStatus
+from forkpoint.cassettes.sqlite import SqliteStore
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = [sys.executable, str(ROOT / "tests/e2e/agents/stateful_agent.py")]
+
+
+def forkpoint(cassette: Path, *args: str, env: dict[str, str] | None = None,
+              agent: list[str] = AGENT) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    full_env = {**os.environ, "FORKPOINT_CASSETTE": str(cassette), "OPENAI_API_KEY": "k",
+                "PYTHONPATH": str(ROOT), **(env or {})}  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "forkpoint", *args, "--", *agent],
+                          capture_output=True, text=True, timeout=90, env=full_env)  # fmt: skip
+
+
+def final_state(result: subprocess.CompletedProcess[str]) -> dict:  # type: ignore[type-arg]
+    return json.loads(result.stdout.splitlines()[0])
+
+
+def committed_exchanges(cassette: Path) -> int:
+    """Read-only, so the poll never races the proxy creating the file."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{cassette}?mode=ro", uri=True)) as conn:
+            return int(conn.execute("SELECT count(*) FROM exchanges").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+
+
+def open_store(cassette: Path):  # type: ignore[no-untyped-def]
+    return SqliteStore(cassette)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_an_agent_killed_mid_run_resumes_without_resending_a_step(upstream, cassette, flavour):
+    mode = {"ASYNC": "1"} if flavour == "asyncio" else {}
+    whole = forkpoint(cassette, "record", "--name", "whole", "--upstream", upstream.url, env=mode)
+    assert whole.returncode == 0, whole.stderr
+    upstream.upstream.reset()
+
+    crashed = forkpoint(cassette, "record", "--name", "crashy", "--upstream", upstream.url,
+                        env={"CRASH_AFTER": "4", **mode})  # fmt: skip
+    assert crashed.returncode == 128 + signal.SIGKILL
+    assert [r.json["messages"][0]["content"] for r in upstream.requests] == [
+        f"question {i}" for i in range(4)
+    ]
+    store = open_store(cassette)
+    run = store.find_run("crashy")
+    assert run.status is RunStatus.CRASHED and store.step_count(run.id) == 4
+    assert [s.step for s in store.snapshots(run.id)] == [0, 1, 2, 3]
+    store.close()
+
+    upstream.upstream.reset()
+    resumed = forkpoint(cassette, "resume", "crashy", "--upstream", upstream.url, env=mode)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "restored_step=3 turn=3" in resumed.stderr
+    # only the turns never recorded went upstream
+    assert [r.json["messages"][0]["content"] for r in upstream.requests] == [
+        "question 4",
+        "question 5",
+    ]
+    assert final_state(resumed) == final_state(whole)
+    store = open_store(cassette)
+    run = store.find_run("crashy")
+    exchanges = store.exchanges(run.id)
+    assert run.status is RunStatus.FINISHED
+    assert [e.step for e in exchanges] == list(range(6))
+    assert all(e.origin is Origin.LIVE for e in exchanges)
+    store.close()
+    shown = subprocess.run([sys.executable, "-m", "forkpoint", "snapshots", "crashy", "--cassette", str(cassette)],
+                           capture_output=True, text=True).stdout  # fmt: skip
+    assert "agent" in shown and "FAILED" not in shown
+
+
+def test_a_fork_restores_the_snapshot_nearest_before_its_step(upstream, cassette):
+    forkpoint(cassette, "record", "--name", "base", "--upstream", upstream.url)
+    upstream.upstream.reset()
+    forked = forkpoint(cassette, "fork", "base", "--at", "3", "--model", "gpt-4o-mini",
+                       "--upstream", upstream.url)  # fmt: skip
+    assert forked.returncode == 0, forked.stderr
+    assert "restored_step=3 turn=3" in forked.stderr  # no replay needed: the state came back
+    assert [r.json["model"] for r in upstream.requests] == ["gpt-4o-mini"] * 3
+    answers = final_state(forked)["answers"]
+    assert answers[:3] == [f"[gpt-4o] question {i}" for i in range(3)]
+    assert answers[3:] == [f"[gpt-4o-mini] question {i}" for i in range(3, 6)]
+    store = open_store(cassette)
+    child = store.find_run(forked.stdout.splitlines()[-1])
+    steps = store.exchanges(child.id)
+    assert [e.origin for e in steps] == [Origin.REPLAYED] * 3 + [
+        Origin.LIVE
+    ] * 3  # complete history
+    store.close()
+
+
+def test_the_workspace_comes_back_on_resume(upstream, cassette, tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("kept")
+    crashed = forkpoint(cassette, "record", "--name", "ws", "--workspace", str(workspace),
+                        "--upstream", upstream.url,
+                        env={"CRASH_AFTER": "3", "WORKSPACE": str(workspace)})  # fmt: skip
+    assert crashed.returncode == 128 + signal.SIGKILL
+    # the crash left a stray file and a damaged one; resume puts the snapshot back
+    (workspace / "stray.tmp").write_text("garbage")
+    (workspace / "turn-0.txt").write_text("damaged")
+    resumed = forkpoint(cassette, "resume", "ws", "--workspace", str(workspace), "--upstream", upstream.url,
+                        env={"WORKSPACE": str(workspace)})  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert not (workspace / "stray.tmp").exists()
+    assert (workspace / "turn-0.txt").read_text() == "[gpt-4o] question 0"
+    assert sorted(p.name for p in workspace.iterdir()) == [
+        "notes.txt",
+        *[f"turn-{i}.txt" for i in range(6)],
+    ]
+
+
+def test_a_killed_proxy_leaves_a_resumable_run(upstream, cassette):
+    env = {**os.environ, "FORKPOINT_CASSETTE": str(cassette), "OPENAI_API_KEY": "k",
+           "PYTHONPATH": str(ROOT), "TURNS": "40"}  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "forkpoint", "record", "--name", "doomed",
+                                "--upstream", upstream.url, "--", *AGENT],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and committed_exchanges(cassette) < 5:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # the proxy and its agent, mid-run
+    process.wait(10)
+    store = open_store(cassette)
+    run = store.find_run("doomed")
+    recorded = store.step_count(run.id)
+    assert run.status is RunStatus.RUNNING and recorded >= 5
+    assert len(store.snapshots(run.id)) >= recorded - 1
+    store.close()
+    upstream.upstream.reset()
+    resumed = forkpoint(
+        cassette, "resume", "doomed", "--upstream", upstream.url, env={"TURNS": "40"}
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(final_state(resumed)["answers"]) == 40
+    assert upstream.request_count <= 40 - recorded + 1
+
+
+def test_resuming_a_finished_run_is_a_clear_error(upstream, cassette):
+    forkpoint(cassette, "record", "--name", "done", "--upstream", upstream.url)
+    result = forkpoint(cassette, "resume", "done", "--upstream", upstream.url)
+    assert result.returncode == 2 and "nothing to resume" in result.stderr

@@ -1,0 +1,400 @@
+"""The interceptor on real sockets: HTTPS tool services behind it, clients told to use it.
+
+Each test starts a proxy with its interceptor on the test's cassette, and HTTPS services with
+certificates from a test CA the interceptor is told to trust (as `--upstream-ca` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import certifi
+import pytest
+import requests
+
+from forkpoint.cassettes.models import Origin, RunStatus
+from forkpoint.proxy import certs
+from forkpoint.proxy.changes import Change
+from forkpoint.proxy.intercept import InterceptOptions
+from forkpoint.proxy.interceptor import proxy_user, route_of
+from forkpoint.proxy.mocks import parse_mock
+from forkpoint.proxy.server import Proxy, ProxyThread
+from forkpoint.testing.https import TestCA
+from tests.https_services import HOST_A, HOST_B, EchoService, Service, tool_app
+
+StartProxy = Callable[..., Proxy]
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
+    return TestCA(tmp_path_factory.mktemp("test-ca"))
+
+
+@pytest.fixture(scope="module")
+def confdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """forkpoint's config dir, its CA made once for the module."""
+    path = tmp_path_factory.mktemp("config") / "forkpoint"
+    certs.ca_cert(path)
+    return path
+
+
+@pytest.fixture
+def services(ca: TestCA) -> Iterator[Callable[..., Service]]:
+    started: list[Service] = []
+
+    def start(host: str = HOST_A, name: str = "tools", **options: Any) -> Service:
+        service = Service(tool_app(name, **options), ca, host)
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        service.stop()
+
+
+@pytest.fixture
+def intercepting(start_proxy, ca: TestCA, confdir: Path) -> StartProxy:  # type: ignore[no-untyped-def]
+    """Start a proxy with its interceptor; one at a time (mitmproxy's context is global)."""
+
+    def start(**options: Any) -> Proxy:
+        options.setdefault("upstream_ca", str(ca.cert_path))
+        thread: ProxyThread = start_proxy(
+            None, intercept=InterceptOptions(confdir=confdir, **options)
+        )
+        return thread.proxy
+
+    return start
+
+
+def client(proxy: Proxy, confdir: Path, run: str | None = None, **session: Any) -> requests.Session:
+    """A requests session that goes through the interceptor and trusts forkpoint's CA."""
+    assert proxy.interceptor is not None
+    url = proxy.interceptor.url
+    if run is not None:
+        url = url.replace("http://", f"http://{run}@")
+    opened = requests.Session()
+    opened.trust_env = False
+    opened.proxies = {"https": url, "http": url}
+    opened.verify = str(certs.ca_cert(confdir))
+    for key, value in session.items():
+        setattr(opened, key, value)
+    return opened
+
+
+def calls(http: requests.Session, tools: str) -> list[Any]:
+    """A tool-using agent's calls: a search, a refund, a stream."""
+    return [
+        http.get(f"{tools}/v1/search", params={"q": "order A1"}).json(),
+        http.post(f"{tools}/v1/refund", json={"order": "A1"}).json(),
+        http.get(f"{tools}/v1/events").text,
+    ]
+
+
+def test_each_intercepted_call_is_an_exchange_of_the_run(intercepting, services, confdir, store):
+    tools = services()
+    proxy = intercepting()
+    run = proxy.sessions.start_record().run.id
+    with client(proxy, confdir) as http:
+        seen = calls(http, tools.url)
+        echoed = http.get(f"{tools.url}/v1/headers", headers={"X-Forkpoint-Run": run}).json()
+    proxy_thread_flush(proxy)
+
+    assert seen[0] == {"tool": "tools", "q": "order A1", "n": 1}
+    assert seen[2].count("data: ") == 3
+    # forkpoint's own headers and the proxy credentials never reach the service
+    assert "x-forkpoint-run" not in echoed and "proxy-authorization" not in echoed
+    authority = tools.url.removeprefix("https://")
+    exchanges = store.exchanges(run)
+    assert [(e.method, e.route) for e in exchanges] == [
+        ("GET", f"/{authority}/v1/search?q=order+A1"),
+        ("POST", f"/{authority}/v1/refund"),
+        ("GET", f"/{authority}/v1/events"),
+        ("GET", f"/{authority}/v1/headers"),
+    ]
+    search, refund, events, _ = exchanges
+    assert search.upstream == f"{tools.url}/v1/search?q=order+A1"
+    assert search.summary is not None and search.summary.kind == "tool"
+    assert json.loads(refund.request_body) == {"order": "A1"}
+    assert json.loads(refund.response_body)["refunded"] == "A1"
+    assert search.chunks is None and search.status == 200 and search.complete
+    # a stream is teed chunk by chunk, each with its offset
+    assert events.chunks is not None and len(events.chunks) >= 2
+    assert b"".join(c.data for c in events.chunks) == seen[2].encode()
+    offsets = [c.offset_ms for c in events.chunks]
+    assert offsets == sorted(offsets) and offsets[-1] >= 20
+
+
+def test_streams_reach_the_client_as_they_arrive(intercepting, services, confdir, store):
+    release = asyncio.Event()
+    tools = services(release=release)
+    proxy = intercepting()
+    run = proxy.sessions.start_record().run.id
+    with client(proxy, confdir) as http:
+        response = http.get(f"{tools.url}/v1/events", stream=True)
+        lines = response.iter_lines()
+        # the upstream holds its last event until the client has the first: a buffering
+        # proxy would deadlock here
+        first = next(line for line in lines if line)
+        tools.loop.call_soon_threadsafe(release.set)
+        rest = [line for line in lines if line]
+    proxy_thread_flush(proxy)
+    assert json.loads(first.removeprefix(b"data: "))["i"] == 0
+    assert len(rest) == 2
+    assert store.exchanges(run)[0].complete
+
+
+def test_replay_serves_the_recorded_answers_offline(intercepting, services, confdir, store):
+    tools = services()
+    proxy = intercepting()
+    recorded_run = proxy.sessions.start_record().run.id
+    with client(proxy, confdir) as http:
+        recorded = calls(http, tools.url)
+    proxy_thread_flush(proxy)
+    tools.stop()
+
+    replay = proxy.sessions.start_replay(recorded_run).run.id
+    with client(proxy, confdir, replay) as http:
+        assert calls(http, tools.url) == recorded
+        unknown = http.get(f"{tools.url}/v1/search", params={"q": "never asked"})
+    proxy_thread_flush(proxy)
+    assert unknown.status_code == 400
+    assert "matches no recorded exchange" in unknown.text or "diverge" in unknown.text.lower()
+    exchanges = store.exchanges(replay)
+    assert [e.origin for e in exchanges] == [Origin.REPLAYED] * 3 + [Origin.DIVERGED]
+    assert exchanges[2].chunks is not None
+
+
+def test_a_fork_mocks_one_tool_host(intercepting, services, confdir, store, tmp_path):
+    search, refunds = services(HOST_A, "search"), services(HOST_B, "refunds")
+    proxy = intercepting()
+    parent = proxy.sessions.start_record().run.id
+    with client(proxy, confdir) as http:
+        http.get(f"{search.url}/v1/search", params={"q": "x"})
+        http.post(f"{refunds.url}/v1/refund", json={"order": "A1"})
+    proxy_thread_flush(proxy)
+
+    (tmp_path / "search.json").write_text('{"tool": "mocked search"}')
+    mock = parse_mock(f"{HOST_A}:*=@search.json", base_dir=tmp_path)
+    child = proxy.sessions.start_fork(parent, at=0, change=Change(mocks=(mock,))).run.id
+    with client(proxy, confdir, child) as http:
+        mocked = http.get(f"{search.url}/v1/search", params={"q": "x"}).json()
+        live = http.post(f"{refunds.url}/v1/refund", json={"order": "A1"}).json()
+    proxy_thread_flush(proxy)
+    assert mocked == {"tool": "mocked search"}
+    assert live == {"tool": "refunds", "refunded": "A1", "n": 2}
+    assert [e.origin for e in store.exchanges(child)] == [Origin.MOCKED, Origin.LIVE]
+
+
+def test_runs_are_told_apart_by_proxy_user_or_run_header(intercepting, services, confdir, store):
+    tools = services()
+    proxy = intercepting()
+    with client(proxy, confdir, "run-by-user") as http:
+        http.get(f"{tools.url}/v1/search", params={"q": "a"})
+    with client(proxy, confdir) as http:
+        http.get(f"{tools.url}/v1/search", params={"q": "b"}, headers={"X-Forkpoint-Run": "run-by-header"})  # fmt: skip
+    proxy_thread_flush(proxy)
+    assert [e.route.rsplit("=", 1)[1] for e in store.exchanges("run-by-user")] == ["a"]
+    assert [e.route.rsplit("=", 1)[1] for e in store.exchanges("run-by-header")] == ["b"]
+
+
+def test_a_bad_upstream_certificate_is_an_error_not_a_success(intercepting, services, confdir, store):  # fmt: skip
+    tools = services()
+    proxy = intercepting(upstream_ca=None)  # the service's CA is not trusted
+    run = proxy.sessions.start_record().run.id
+    with client(proxy, confdir) as http:
+        response = http.get(f"{tools.url}/v1/search", params={"q": "x"})
+    proxy_thread_flush(proxy)
+    assert response.status_code == 502
+    (exchange,) = store.exchanges(run)
+    assert exchange.status == 502 and not exchange.complete
+    assert exchange.error is not None and "certificate" in exchange.error.lower()
+
+
+def test_insecure_upstream_accepts_any_certificate(intercepting, services, confdir):
+    tools = services()
+    proxy = intercepting(upstream_ca=None, insecure_upstream=True)
+    proxy.sessions.start_record()
+    with client(proxy, confdir) as http:
+        assert http.get(f"{tools.url}/v1/search", params={"q": "x"}).json()["q"] == "x"
+
+
+def test_an_upstream_that_is_down_is_recorded_as_a_failure(intercepting, services, confdir, store):
+    tools = services()
+    tools.stop()
+    proxy = intercepting()
+    run = proxy.sessions.start_record().run.id
+    with client(proxy, confdir) as http:
+        response = http.get(f"{tools.url}/v1/search", params={"q": "x"})
+    proxy_thread_flush(proxy)
+    assert response.status_code == 502
+    (exchange,) = store.exchanges(run)
+    assert exchange.status == 502 and not exchange.complete and exchange.error
+
+
+def test_a_client_that_does_not_trust_the_ca_fails_and_nothing_is_recorded(
+    intercepting, services, confdir, store, caplog
+):
+    tools = services()
+    proxy = intercepting()
+    run = proxy.sessions.start_record().run.id
+    with (
+        caplog.at_level(logging.WARNING, logger="forkpoint.proxy.interceptor"),
+        client(proxy, confdir, verify=certifi.where()) as http,
+        pytest.raises(requests.exceptions.SSLError, match="CERTIFICATE_VERIFY_FAILED"),
+    ):
+        http.get(f"{tools.url}/v1/search", params={"q": "x"})
+    proxy_thread_flush(proxy)
+    assert store.exchanges(run) == []
+    wait_for(lambda: "does not trust forkpoint's CA" in caplog.text)
+
+
+def test_websockets_pass_through_unrecorded(intercepting, services, confdir, store, caplog):
+    tools = services()
+    proxy = intercepting()
+    run = proxy.sessions.start_record().run.id
+    assert proxy.interceptor is not None
+    context = ssl.create_default_context(cafile=certs.ca_cert(confdir))
+
+    async def talk() -> str:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(f"{tools.url}/ws", proxy=proxy.interceptor.url, ssl=context) as ws,
+        ):
+            await ws.send_str("hi")
+            return (await ws.receive()).data  # type: ignore[no-any-return]
+
+    with caplog.at_level(logging.WARNING, logger="forkpoint.proxy.interceptor"):
+        assert asyncio.run(talk()) == "echo hi"
+    proxy_thread_flush(proxy)
+    assert store.exchanges(run) == []
+    assert "websocket" in caplog.text and "passes through unrecorded" in caplog.text
+
+
+def test_non_http_traffic_passes_through_unrecorded(intercepting, confdir, store, caplog):
+    echo = EchoService()
+    proxy = intercepting()
+    run = proxy.sessions.start_record().run.id
+    assert proxy.interceptor is not None
+    host, port = echo.address
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="forkpoint.proxy.interceptor"),
+            socket.create_connection(proxy_address(proxy)) as raw,
+        ):
+            raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+            stream = raw.makefile("rb")
+            assert b" 200 " in stream.readline()
+            while stream.readline() not in (b"\r\n", b""):
+                pass
+            raw.sendall(b"HELO forkpoint\n")
+            assert stream.readline() == b"echo HELO forkpoint\n"
+    finally:
+        echo.stop()
+    proxy_thread_flush(proxy)
+    assert store.exchanges(run) == []
+    wait_for(lambda: "non-HTTP traffic" in caplog.text)
+
+
+def test_the_run_status_is_kept_when_the_proxy_stops(start_proxy, ca, confdir, store, services):
+    tools = services()
+    thread = start_proxy(None, intercept=InterceptOptions(confdir=confdir, upstream_ca=str(ca.cert_path)))  # fmt: skip
+    run = thread.proxy.sessions.start_record().run.id
+    with client(thread.proxy, confdir) as http:
+        http.get(f"{tools.url}/v1/search", params={"q": "x"})
+    thread.close()
+    assert store.get_run(run).status is RunStatus.FINISHED
+    assert len(store.exchanges(run)) == 1
+
+
+# The pieces, without sockets
+
+
+def test_routes_name_the_host_and_send_the_request_to_its_origin():
+    from mitmproxy import http
+
+    request = http.Request.make("GET", "https://api.example.com:8443/v1/search?q=1")
+    route, routes = route_of(request)
+    assert route == "/api.example.com:8443/v1/search?q=1"
+    assert routes.resolve(route) == "https://api.example.com:8443/v1/search?q=1"
+    default_port = http.Request.make("POST", "https://api.openai.com/v1/chat/completions")
+    route, routes = route_of(default_port)
+    assert route == "/api.openai.com/v1/chat/completions"
+    assert routes.resolve(route, default="http://127.0.0.1:9") == (
+        "http://127.0.0.1:9/v1/chat/completions"
+    )
+
+
+def test_the_run_comes_from_the_proxy_user_name():
+    from mitmproxy import http
+
+    def credentials(text: str) -> http.Headers:
+        return http.Headers(proxy_authorization="Basic " + base64.b64encode(text.encode()).decode())
+
+    assert proxy_user(credentials("run-7:")) == "run-7"
+    assert proxy_user(credentials("run-7:secret")) == "run-7"
+    assert proxy_user(credentials(":secret")) is None
+    assert proxy_user(http.Headers(proxy_authorization="Bearer x")) is None
+    assert proxy_user(http.Headers(proxy_authorization="Basic !!!")) is None
+    assert proxy_user(http.Headers()) is None
+
+
+def test_the_ca_key_is_private_and_the_bundle_holds_the_roots_and_the_ca(tmp_path):
+    confdir = tmp_path / "forkpoint"
+    cert = certs.ca_cert(confdir)
+    assert (confdir / "mitmproxy-ca.pem").stat().st_mode & 0o777 == 0o600
+    assert "forkpoint" in cert.read_text() or cert.read_bytes().startswith(b"-----BEGIN")
+    bundle = certs.client_bundle(confdir).read_bytes()
+    assert cert.read_bytes().strip() in bundle
+    assert bundle.count(b"BEGIN CERTIFICATE") > 10  # the system's roots came along
+    assert certs.ca_cert(confdir) == cert  # made once
+
+
+def test_the_command_env_points_every_client_family_at_the_interceptor(tmp_path):
+    bundle, ca = tmp_path / "bundle.pem", tmp_path / "ca.pem"
+    env = certs.client_env(
+        "http://run@127.0.0.1:9", bundle, ca, base={"no_proxy": "internal.example"}
+    )
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        assert env[name] == "http://run@127.0.0.1:9"
+    assert env["NO_PROXY"] == env["no_proxy"] == "internal.example,127.0.0.1,localhost,::1"
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        assert env[name] == str(bundle)
+    assert env["NODE_EXTRA_CA_CERTS"] == str(ca)
+
+
+def test_config_dir_follows_xdg():
+    assert certs.config_dir({"XDG_CONFIG_HOME": "/x"}) == Path("/x/forkpoint")
+    assert certs.config_dir({}) == Path.home() / ".config" / "forkpoint"
+
+
+# Helpers
+
+
+def proxy_thread_flush(proxy: Proxy) -> None:
+    """Wait until every exchange the proxy has completed is in the cassette."""
+    wait_for(lambda: proxy.recorder.flush(5.0))
+
+
+def proxy_address(proxy: Proxy) -> tuple[str, int]:
+    assert proxy.interceptor is not None
+    host, _, port = proxy.interceptor.url.removeprefix("http://").rpartition(":")
+    return host, int(port)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Some hooks run just after the client got its answer: give them a moment."""
+    for _ in range(int(timeout / 0.02)):
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")

@@ -1,0 +1,120 @@
+"""One test's proxy without pytest around it: options, paths, modes, and what it serves."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from forkpoint.api import DEFAULT_UPSTREAM
+from forkpoint.errors import ConfigError
+from forkpoint.testing.harness import CassetteProxy, Options, Served, default_cassette, options_for
+from forkpoint.testing.record_mode import RecordMode
+
+
+def ask(url: str, question: str) -> str:
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": question}]}
+    request = urllib.request.Request(
+        f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}, method="POST",
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return str(json.loads(response.read())["choices"][0]["message"]["content"])
+
+
+def test_default_cassettes_sit_beside_the_test_module():
+    test_file = Path("/repo/tests/agents/test_refund.py")
+    assert default_cassette(test_file, "test_a") == Path(
+        "/repo/tests/agents/cassettes/test_refund/test_a.yaml"
+    )
+    assert (
+        default_cassette(test_file, "test_b[x/y z]", "TestGroup").name
+        == "TestGroup.test_b[x-y-z].yaml"
+    )
+
+
+def test_the_marker_wins_over_the_command_line(monkeypatch):
+    monkeypatch.setenv("FORKPOINT_UPSTREAM", "http://env")
+    default = Path("/t/cassettes/test_m/test_a.yaml")
+    options = options_for((), {}, default=default, record="once", upstream=None, name="n")
+    assert (options.upstream, dict(options.routes), options.record) == (
+        "http://env", {"anthropic": "http://env"}, RecordMode.ONCE,
+    )  # fmt: skip
+    options = options_for(
+        ("shared.yaml",), {"upstream": "http://marker", "routes": {"tools": "http://tools"},
+        "volatile_fields": ["user"], "pace": "x2"},
+        default=default, record="rewrite", upstream="http://cli", name="n",
+    )  # fmt: skip
+    assert options.cassette == Path("/t/cassettes/test_m/shared.yaml")
+    assert dict(options.routes) == {"anthropic": "http://marker", "tools": "http://tools"}
+    assert (options.volatile_fields, options.pace.factor, options.record) == (
+        ("user",),
+        2.0,
+        RecordMode.ALL,
+    )
+    monkeypatch.delenv("FORKPOINT_UPSTREAM")
+    plain = options_for((), {}, default=default, record="none", upstream=None, name="n")
+    assert (plain.upstream, dict(plain.routes)) == (DEFAULT_UPSTREAM, {})
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, message",
+    [
+        ((), {"fork_at": 3}, "unknown option fork_at"),
+        (("a", "b"), {}, "more than one positional argument"),
+        ((), {"pace": "slowly"}, "--pace takes"),
+    ],
+)
+def test_bad_options_are_config_errors(args, kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        options_for(args, kwargs, default=Path("x.yaml"), record="none", upstream=None, name="n")
+    with pytest.raises(ConfigError, match="takes none, once, new_episodes, all"):
+        RecordMode.parse("sometimes")
+
+
+@pytest.mark.parametrize(
+    "record, exists, served",
+    [
+        (RecordMode.NONE, True, Served.REPLAY),
+        (RecordMode.ONCE, True, Served.REPLAY),
+        (RecordMode.ONCE, False, Served.RECORD),
+        (RecordMode.NEW_EPISODES, True, Served.NEW_EPISODES),
+        (RecordMode.NEW_EPISODES, False, Served.RECORD),
+        (RecordMode.ALL, True, Served.RECORD),
+    ],
+)
+def test_how_a_test_is_served(tmp_path, record, exists, served):
+    cassette = tmp_path / "c.yaml"
+    if exists:
+        cassette.write_text("interactions: []\n")
+    assert CassetteProxy(Options(cassette=cassette, record=record)).served is served
+
+
+def test_record_then_replay_with_what_is_left_unplayed(tmp_path, upstream, monkeypatch):
+    cassette = tmp_path / "c.yaml"
+    recording = CassetteProxy(
+        Options(cassette=cassette, record=RecordMode.ONCE, upstream=upstream.url)
+    )
+    env = recording.start()
+    assert env["OPENAI_BASE_URL"] == f"{recording.url}/v1" == recording.openai_base_url
+    assert recording.anthropic_base_url == f"{recording.url}/anthropic"
+    assert [ask(recording.url, q) for q in ("a", "b")] == ["[gpt-4o] a", "[gpt-4o] b"]
+    recording.stop(save=True)
+    recording.stop(save=True)  # a second stop does nothing
+    upstream.stop()
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-real")
+    replaying = CassetteProxy(Options(cassette=cassette))
+    env = replaying.start()
+    assert "OPENAI_API_KEY" not in env  # a key that is set stays as it is
+    assert ask(replaying.url, "b") == "[gpt-4o] b"
+    [left] = replaying.unplayed
+    assert b'"a"' in left.request_body
+    assert ask(replaying.url, "a") == "[gpt-4o] a"
+    assert replaying.unplayed == [] and replaying.divergences() == []
+    assert replaying.run.mode == "replay" and len(replaying.exchanges) == 2
+    before = cassette.read_text()
+    replaying.stop(save=True)
+    assert cassette.read_text() == before  # a replay never rewrites its cassette
