@@ -12,6 +12,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from forkpoint.adapters.protocol import State
 from forkpoint.adapters.workspace import WorkspaceAdapter
@@ -20,12 +21,14 @@ from forkpoint.cassettes.sqlite import DEFAULT_PATH, SqliteStore
 from forkpoint.errors import ConfigError
 from forkpoint.proxy.changes import Change, load_patch
 from forkpoint.proxy.engine import EngineConfig, OnDivergence, Routes, Session
-from forkpoint.proxy.gateway import Pace
 from forkpoint.proxy.intercept import InterceptOptions
 from forkpoint.proxy.matching import MatchConfig
 from forkpoint.proxy.mocks import parse_mock
-from forkpoint.proxy.server import Proxy
+from forkpoint.proxy.pace import Pace
 from forkpoint.proxy.snapshots import SnapshotPolicy
+
+if TYPE_CHECKING:  # the proxy pulls in aiohttp: commands that only read a cassette skip it
+    from forkpoint.proxy.server import Proxy
 
 DEFAULT_UPSTREAM = "https://api.openai.com"
 DEFAULT_ROUTES = {"anthropic": "https://api.anthropic.com"}
@@ -251,6 +254,8 @@ async def _run_command(  # type: ignore[no-untyped-def]
             "no command to run: put it after --, e.g. forkpoint record -- python agent.py"
         )
     store = SqliteStore(cassette_path(cassette))
+    from forkpoint.proxy.server import Proxy
+
     proxy = Proxy(store, config, **options)
     try:
         session = start(proxy)
@@ -307,6 +312,8 @@ def serve(
 
 async def _serve(cassette, host, port, config, replay_run, pace, intercept) -> None:  # type: ignore[no-untyped-def]
     store = SqliteStore(cassette_path(cassette))
+    from forkpoint.proxy.server import Proxy
+
     proxy = Proxy(store, config, host=host, port=port, pace=pace, intercept=intercept)
     try:
         if replay_run:

@@ -15,8 +15,8 @@ from forkpoint.cassettes.models import Exchange, Run
 from forkpoint.compare.cost import exchange_cost, run_totals, usd
 from forkpoint.errors import ForkpointError
 from forkpoint.proxy.engine import OnDivergence
-from forkpoint.proxy.gateway import Pace
 from forkpoint.proxy.intercept import InterceptOptions
+from forkpoint.proxy.pace import Pace
 from forkpoint.proxy.snapshots import SnapshotPolicy
 
 

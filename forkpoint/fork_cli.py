@@ -20,8 +20,8 @@ from forkpoint.cli import (
 )
 from forkpoint.errors import ConfigError
 from forkpoint.proxy.engine import OnDivergence
-from forkpoint.proxy.gateway import Pace
 from forkpoint.proxy.intercept import InterceptOptions
+from forkpoint.proxy.pace import Pace
 from forkpoint.proxy.snapshots import SnapshotPolicy
 
 SPEC_KEYS = {

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import assert_never
 
 from aiohttp import web
@@ -34,6 +33,7 @@ from forkpoint.proxy.engine import (
     decide,
 )
 from forkpoint.proxy.mocks import MockRequest, run_mock
+from forkpoint.proxy.pace import Pace
 from forkpoint.proxy.recorder import Recorder
 from forkpoint.proxy.redaction import REDACTED, end_to_end, redact_headers
 from forkpoint.proxy.sessions import Sessions
@@ -44,27 +44,6 @@ log = logging.getLogger(__name__)
 
 RUN_PREFIX = "/r/"
 DEFAULT_MAX_BODY = 256 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Pace:
-    """How replay serves a stream: `factor` None is as fast as possible, 1.0 as recorded."""
-
-    factor: float | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Pace:
-        if text == "fast":
-            return cls(None)
-        if text == "recorded":
-            return cls(1.0)
-        try:
-            factor = float(text.removeprefix("x"))
-        except ValueError:
-            factor = 0.0
-        if factor <= 0:
-            raise ConfigError(f"--pace takes recorded, fast or xN (N > 0), not {text!r}")
-        return cls(factor)
 
 
 class Gateway:

@@ -16,8 +16,9 @@ from forkpoint.cassettes.models import RunStatus
 from forkpoint.cassettes.store import Store
 from forkpoint.loop_thread import LoopThread
 from forkpoint.proxy.engine import EngineConfig
-from forkpoint.proxy.gateway import DEFAULT_MAX_BODY, Gateway, Pace
+from forkpoint.proxy.gateway import DEFAULT_MAX_BODY, Gateway
 from forkpoint.proxy.intercept import InterceptOptions, require_mitmproxy
+from forkpoint.proxy.pace import Pace
 from forkpoint.proxy.recorder import Recorder
 from forkpoint.proxy.sessions import Sessions
 from forkpoint.proxy.snapshots import SnapshotPolicy, Snapshotter

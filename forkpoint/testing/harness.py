@@ -21,7 +21,7 @@ from forkpoint.cassettes import text
 from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.models import Exchange, Mode, Origin, RunStatus, ToolCall
 from forkpoint.errors import ConfigError
-from forkpoint.proxy.gateway import Pace
+from forkpoint.proxy.pace import Pace
 from forkpoint.proxy.server import ProxyThread
 from forkpoint.proxy.upstream import AiohttpSender
 from forkpoint.testing.episodes import EpisodeSender
