@@ -20,7 +20,7 @@ from forkpoint.cassettes.models import Exchange, Mode, Run, RunStatus, Snapshot
 from forkpoint.cassettes.sqlite import DEFAULT_PATH, SqliteStore
 from forkpoint.errors import ConfigError
 from forkpoint.proxy.changes import Change, load_patch
-from forkpoint.proxy.engine import EngineConfig, OnDivergence, Routes, Session
+from forkpoint.proxy.engine import DEFAULT_MAX_BODY, EngineConfig, OnDivergence, Routes, Session
 from forkpoint.proxy.intercept import InterceptOptions
 from forkpoint.proxy.matching import MatchConfig
 from forkpoint.proxy.mocks import parse_mock
@@ -87,6 +87,7 @@ def record(
     labels: Mapping[str, str] | None = None,
     port: int = 0,
     read_timeout: float = 600.0,
+    max_body: int = DEFAULT_MAX_BODY,
     workspace: str | os.PathLike[str] | None = None,
     snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
     intercept: InterceptOptions | None = None,
@@ -102,6 +103,7 @@ def record(
             config,
             port=port,
             read_timeout=read_timeout,
+            max_body=max_body,
             workspace=workspace,
             snapshot_policy=snapshot_policy,
             intercept=intercept,

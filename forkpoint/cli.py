@@ -139,6 +139,12 @@ def main() -> None:
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
 @click.option("--port", default=0, help="Port for the proxy [default: a free one].")
 @click.option("--read-timeout", default=600.0, show_default=True, help="Upstream stall limit, s.")
+@click.option(
+    "--max-body",
+    default=api.DEFAULT_MAX_BODY // 2**20,
+    show_default=True,
+    help="Largest request body accepted, MiB.",
+)
 @snapshot_options
 @intercept_options()
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -151,6 +157,7 @@ def record(
     labels: tuple[str, ...],
     port: int,
     read_timeout: float,
+    max_body: int,
     workspace: str | None,
     snapshot_policy: SnapshotPolicy,
     intercept: InterceptOptions | None,
@@ -173,6 +180,7 @@ def record(
         labels=parse_pairs(labels, "--label"),
         port=port,
         read_timeout=read_timeout,
+        max_body=max_body * 2**20,
         workspace=workspace,
         snapshot_policy=snapshot_policy,
         intercept=intercept,

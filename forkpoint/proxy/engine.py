@@ -41,6 +41,8 @@ RUN_HEADER = "x-forkpoint-run"
 # Headers the gateway owns: never forwarded upstream.
 GATEWAY_HEADERS = frozenset({RUN_HEADER, "host", "content-length"})
 DIVERGENCE_STATUS = 400
+# The largest request body a front door accepts (it reads a request whole, to match it).
+DEFAULT_MAX_BODY = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from forkpoint.proxy.control import Control
 from forkpoint.proxy.dialects import dialect_for
 from forkpoint.proxy.encoding import decode_headers, header
 from forkpoint.proxy.engine import (
+    DEFAULT_MAX_BODY,
     RUN_HEADER,
     EngineConfig,
     Fail,
@@ -43,7 +44,6 @@ from forkpoint.proxy.upstream import Sender
 log = logging.getLogger(__name__)
 
 RUN_PREFIX = "/r/"
-DEFAULT_MAX_BODY = 256 * 1024 * 1024
 
 
 class Gateway:

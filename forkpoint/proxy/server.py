@@ -15,8 +15,8 @@ from aiohttp import web
 from forkpoint.cassettes.models import RunStatus
 from forkpoint.cassettes.store import Store
 from forkpoint.loop_thread import LoopThread
-from forkpoint.proxy.engine import EngineConfig
-from forkpoint.proxy.gateway import DEFAULT_MAX_BODY, Gateway
+from forkpoint.proxy.engine import DEFAULT_MAX_BODY, EngineConfig
+from forkpoint.proxy.gateway import Gateway
 from forkpoint.proxy.intercept import InterceptOptions, require_mitmproxy
 from forkpoint.proxy.pace import Pace
 from forkpoint.proxy.recorder import Recorder
