@@ -88,6 +88,13 @@ def _relative_mock(text: str, base: Path) -> str:
     help="A TOML file with any of these options (flags override it).",
 )
 @click.option(
+    "--restore/--no-restore",
+    default=True,
+    show_default=True,
+    help="Give the agent its state snapshot nearest before the fork step (else it starts "
+    "fresh and its prefix replays).",
+)
+@click.option(
     "--on-divergence",
     type=click.Choice([p.value for p in OnDivergence]),
     help="Before the fork step, a request the parent never made: fail, or fork there.",
@@ -112,6 +119,7 @@ def fork(
     mocks: tuple[str, ...],
     spec_path: str | None,
     on_divergence: str | None,
+    restore: bool,
     name: str | None,
     labels: tuple[str, ...],
     pace: str,
@@ -150,6 +158,7 @@ def fork(
         name=name or spec.get("name"),
         labels={**spec.get("label", {}), **parse_pairs(labels, "--label")},
         on_divergence=OnDivergence(on_divergence or spec.get("on_divergence", "fail")),
+        restore=restore,
         pace=Pace.parse(pace),
         port=port,
         workspace=workspace,

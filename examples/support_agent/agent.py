@@ -1,10 +1,12 @@
 """A customer-support agent: the OpenAI SDK's Chat Completions with function tools over HTTP.
 
-It knows nothing of forkpoint. It reads OPENAI_API_KEY and OPENAI_BASE_URL as the SDK does,
+It reads OPENAI_API_KEY and OPENAI_BASE_URL as the SDK does,
 so it runs against OpenAI itself, against the offline fake LLM, or through `forkpoint record`
 and `forkpoint replay`, which point it at their proxy. Its tools are HTTP calls to the tool
 service (tools_service.py); under forkpoint they go through the proxy too, by FORKPOINT_URL,
-so a replay serves the tools' answers as well as the model's.
+so a replay serves the tools' answers as well as the model's. Its one line of forkpoint is
+`attach`, which keeps its conversation in a state forkpoint can snapshot and restore (a resume
+after a crash, a fork); without forkpoint it is a plain dict.
 
     python examples/support_agent/agent.py "Please refund order A1001, the shoes don't fit."
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import urllib.error
 import urllib.parse
@@ -25,6 +28,8 @@ from typing import Any
 
 from openai import OpenAI
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+
+from forkpoint.adapters.agent import attach
 
 DEFAULT_TICKET = (
     "Hi, I ordered trail running shoes (order A1001) and they don't fit. Can I get my money back?"
@@ -168,20 +173,29 @@ def model_turn(client: OpenAI, model: str, messages: list[ChatCompletionMessageP
 def handle(ticket: str) -> str:
     """Work the ticket to an answer: call the model, run the tools it asks for, repeat.
 
-    Returns the answer, or "" when the model still wants tools after MAX_TURNS calls.
+    The conversation and the tools called so far live in `state`, which forkpoint snapshots at
+    each model call and gives back on a fork or a resume (outside forkpoint it is a plain
+    dict). Returns the answer, or "" when the model still wants tools after MAX_TURNS calls.
     """
     client = OpenAI()
     model = os.environ.get("SUPPORT_MODEL", "gpt-4o-mini")
     base_url = tools_url()
-    messages: list[ChatCompletionMessageParam] = [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": ticket},
-    ]
-    turns: list[Turn] = []
-    called: list[str] = []
-    while len(turns) < MAX_TURNS:
+    crash_after = int(os.environ.get("SUPPORT_CRASH_AFTER_TOOLS", "0"))  # demo: die mid-run
+    state = attach(default={
+        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ticket}],
+        "called": [],
+        "model_calls": 0,
+    })  # fmt: skip
+    if state.restored_step is not None:
+        print(f"agent: resumed from step {state.restored_step}, "
+              f"{len(state['called'])} tool calls already done", file=sys.stderr)  # fmt: skip
+    messages: list[ChatCompletionMessageParam] = state["messages"]
+    called: list[str] = state["called"]
+    tokens, turn = 0, None
+    while state["model_calls"] < MAX_TURNS:
         turn = model_turn(client, model, messages)
-        turns.append(turn)
+        state["model_calls"] += 1
+        tokens += turn.tokens
         if not turn.calls:
             break
         messages.append({
@@ -197,11 +211,13 @@ def handle(ticket: str) -> str:
             result = run_tool(base_url, call)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
             called.append(f"{call.name}({call.arguments})")
-    answer = "" if turns[-1].calls else turns[-1].text
-    tokens = sum(t.tokens for t in turns)
+            if len(called) == crash_after:
+                print(f"agent: crashing on purpose after {crash_after} tool calls", file=sys.stderr)
+                os.kill(os.getpid(), signal.SIGKILL)
+    answer = "" if turn is None or turn.calls else turn.text
     print(
-        f"agent: {len(turns)} model calls, {tokens} tokens; tools: {', '.join(called) or 'none'}"
-        + ("" if answer else "; no answer"),
+        f"agent: {state['model_calls']} model calls, {tokens} tokens this time; "
+        f"tools: {', '.join(called) or 'none'}" + ("" if answer else "; no answer"),
         file=sys.stderr,
     )
     return answer

@@ -69,12 +69,17 @@ class Sessions:
         at: int,
         change: Change = Change(),
         on_divergence: OnDivergence = OnDivergence.FAIL,
+        restore: bool = True,
         run_id: str | None = None,
         name: str | None = None,
         labels: dict[str, str] | None = None,
         default: bool = True,
     ) -> Session:
-        """A child run of `parent_ref`: its steps < `at` replayed, then live with `change`."""
+        """A child run of `parent_ref`: its steps < `at` replayed, then live with `change`.
+
+        With `restore`, an agent that registers an adapter gets back the snapshot nearest
+        before `at` and goes on from there; without, it starts fresh and its prefix replays.
+        """
         parent = self._store.find_run(parent_ref)
         source = self._store.exchanges(parent.id)
         if not 0 <= at <= len(source):
@@ -94,7 +99,10 @@ class Sessions:
             change=change.to_json(),
         )
         session = Session(run, fork_step=at, on_divergence=on_divergence, change=change)
-        session.restore_points = _by_adapter(self._store.latest_snapshots(parent.id, at_most=at))
+        if restore:
+            session.restore_points = _by_adapter(
+                self._store.latest_snapshots(parent.id, at_most=at)
+            )
         return self._open(session, source, default)
 
     def start_resume(self, run_ref: str, *, default: bool = True) -> Session:

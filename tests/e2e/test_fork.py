@@ -227,22 +227,13 @@ def test_fork_of_a_fork_and_fork_at_the_ends(cassette, llm, tools, parent):
 
 def test_a_divergence_before_the_fork_fails_or_forks_there(cassette, llm, tools, parent):
     other_ticket = "Please refund order A1005, the headphones crackle."
-    failed = forkpoint(
-        cassette, "fork", "parent", "--at", "4", *routes(llm, tools), ticket=other_ticket
-    )
+    # --no-restore: the agent starts fresh with its new ticket (restored, it would go on with
+    # the parent's conversation and never ask about A1005)
+    fresh = ("fork", "parent", "--at", "4", "--no-restore", *routes(llm, tools))
+    failed = forkpoint(cassette, *fresh, ticket=other_ticket)
     assert failed.returncode != 0 and "forkpoint divergence" in failed.stderr
     assert "A1001" in failed.stderr and "A1005" in failed.stderr  # the body diff
-    live = forkpoint(
-        cassette,
-        "fork",
-        "parent",
-        "--at",
-        "4",
-        "--on-divergence",
-        "live",
-        *routes(llm, tools),
-        ticket=other_ticket,
-    )
+    live = forkpoint(cassette, *fresh, "--on-divergence", "live", ticket=other_ticket)
     assert live.returncode == 0, live.stderr
     assert "A1005" in live.stdout
     child, _ = exchanges(cassette, live.stdout.splitlines()[-1])
