@@ -123,13 +123,25 @@ class Gateway:
         response = web.StreamResponse(status=upstream.status, headers=CIMultiDict(passed))
         streamed = _is_stream(upstream.headers)
         chunks: list[Chunk] = []
-        received_all = False
+        received_all = submitted = False
+
+        def submit() -> None:
+            nonlocal submitted
+            if not submitted:
+                submitted = True
+                upstream.release()
+                record.duration_ms = _ms_since(started)
+                record.response_body = b"".join(c.data for c in chunks)
+                record.chunks = chunks if streamed else None
+                self.recorder.submit(record)
+
         try:
             await response.prepare(request)
             async for data in upstream.chunks():
                 chunks.append(Chunk(_ms_since(started), data))
                 await response.write(data)
             received_all = True
+            submit()  # before the body's end: once the agent has its answer, it is on record
             await response.write_eof()
         except UpstreamError as error:
             record.complete, record.error = False, str(error)
@@ -140,11 +152,7 @@ class Gateway:
             if not received_all:
                 record.complete, record.error = False, f"client disconnected: {error}"
         finally:
-            upstream.release()
-            record.duration_ms = _ms_since(started)
-            record.response_body = b"".join(c.data for c in chunks)
-            record.chunks = chunks if streamed else None
-            self.recorder.submit(record)
+            submit()
         return response
 
     def _upstream_failed(
@@ -163,6 +171,15 @@ class Gateway:
         headers = take_recorded(record, recorded)
         response = web.StreamResponse(status=recorded.status or 502, headers=CIMultiDict(headers))
         sent_all = False
+        submitted = not action.keep  # a resume's own steps are on record already
+
+        def submit() -> None:
+            nonlocal submitted
+            if not submitted:
+                submitted = True
+                record.duration_ms = _ms_since(started)
+                self.recorder.submit(record)
+
         try:
             await response.prepare(request)
             record.ttfb_ms = _ms_since(started)
@@ -175,6 +192,7 @@ class Gateway:
                     record.chunks.append(Chunk(_ms_since(started), chunk.data))
                     await response.write(chunk.data)
             sent_all = True
+            submit()
             if recorded.complete:
                 await response.write_eof()
             else:  # it was cut when recorded: cut it again, so the agent sees what it saw
@@ -183,9 +201,7 @@ class Gateway:
             if not sent_all:
                 record.complete, record.error = False, f"client disconnected: {error}"
         finally:
-            record.duration_ms = _ms_since(started)
-            if action.keep:
-                self.recorder.submit(record)
+            submit()
         return response
 
     async def _mock(
