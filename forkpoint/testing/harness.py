@@ -21,6 +21,8 @@ from forkpoint.cassettes import text
 from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.models import Exchange, Mode, Origin, RunStatus, ToolCall
 from forkpoint.errors import ConfigError
+from forkpoint.proxy.changes import Change
+from forkpoint.proxy.engine import OnDivergence
 from forkpoint.proxy.pace import Pace
 from forkpoint.proxy.server import ProxyThread
 from forkpoint.proxy.upstream import AiohttpSender
@@ -29,7 +31,10 @@ from forkpoint.testing.record_mode import RecordMode
 
 # What `@pytest.mark.forkpoint(...)` takes. Fork options (fork_at, model, mocks) go here once
 # sessions can start forks from a test's cassette.
-MARKER_OPTIONS = ("cassette", "upstream", "routes", "volatile_fields", "pace")
+MARKER_OPTIONS = (
+    "cassette", "upstream", "routes", "volatile_fields", "pace",
+    "fork_at", "model", "system_prompt", "mocks", "on_divergence",
+)  # fmt: skip
 SETTLE_TIMEOUT = 10.0  # s to wait for requests still in flight when a test reads its run
 
 
@@ -50,6 +55,10 @@ class Options:
     volatile_fields: tuple[str, ...] = ()
     pace: Pace = Pace()
     name: str | None = None
+    # A fork of the cassette's run: its steps < fork_at replayed, then live with the change.
+    fork_at: int | None = None
+    change: Change = Change()
+    on_divergence: OnDivergence = OnDivergence.FAIL
 
 
 def default_cassette(test_file: Path, test_name: str, class_name: str | None = None) -> Path:
@@ -91,6 +100,14 @@ def options_for(
         volatile_fields=tuple(marker_kwargs.get("volatile_fields", ())),
         pace=Pace.parse(str(marker_kwargs.get("pace", "fast"))),
         name=name,
+        fork_at=marker_kwargs.get("fork_at"),
+        change=api.make_change(
+            model=marker_kwargs.get("model"),
+            system_prompt=marker_kwargs.get("system_prompt"),
+            mocks=tuple(marker_kwargs.get("mocks", ())),
+            base_dir=path.parent,
+        ),
+        on_divergence=OnDivergence(marker_kwargs.get("on_divergence", "fail")),
     )
 
 
@@ -141,9 +158,11 @@ class CassetteProxy:
             self.store.add_exchanges(exchanges)
             source = run
         replaying = self.served is Served.REPLAY
+        forking = replaying and options.fork_at is not None
+        offline = replaying and not forking
         config = api.engine_config(
-            None if replaying else options.upstream,
-            None if replaying else options.routes,
+            None if offline else options.upstream,
+            None if offline else options.routes,
             volatile_fields=options.volatile_fields,
         )
         if self.served is Served.NEW_EPISODES:
@@ -152,7 +171,13 @@ class CassetteProxy:
         self._thread = ProxyThread(self.store, config, sender=self._episodes, pace=options.pace)
         try:
             proxy = self._thread.__enter__()
-            if source is not None and replaying:
+            if source is not None and forking:
+                assert options.fork_at is not None
+                session = proxy.sessions.start_fork(
+                    source.id, at=options.fork_at, change=options.change,
+                    on_divergence=options.on_divergence, name=options.name,
+                )  # fmt: skip
+            elif source is not None and replaying:
                 session = proxy.sessions.start_replay(source.id, name=options.name)
             else:
                 session = proxy.sessions.start_record(name=options.name)
@@ -160,6 +185,7 @@ class CassetteProxy:
             self.stop(save=False)
             raise
         self.url, self._run_id = proxy.url, session.run.id
+        # replay and fork: a placeholder key for SDKs that insist (a real one is kept)
         mode = Mode.REPLAY if replaying else Mode.RECORD
         env = api.agent_env(self.url, self._run_id, mode=mode)
         return {k: v for k, v in env.items() if os.environ.get(k) != v}

@@ -236,10 +236,30 @@ def test_absolute(forkpoint):
 
 
 def test_marker_options_are_checked(inner):
-    write_test(inner, "@pytest.mark.forkpoint(fork_at=2)\ndef test_fork():\n    pass\n")
+    write_test(inner, "@pytest.mark.forkpoint(speed=2)\ndef test_fork():\n    pass\n")
     result = run(inner)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*unknown option fork_at; it takes cassette, upstream, routes*"])
+    result.stdout.fnmatch_lines(["*unknown option speed; it takes cassette, upstream, routes*"])
+
+
+def test_a_marker_forks_the_cassette_with_a_change(inner, tool_upstream):
+    write_test(inner, TICKET)
+    run(inner, "--forkpoint-record=once", upstream=tool_upstream.url).assert_outcomes(passed=1)
+    tool_upstream.upstream.reset()
+    write_test(
+        inner,
+        """
+@pytest.mark.forkpoint(cassette="test_ticket.yaml", fork_at=1, model="gpt-4o-mini",
+                       system_prompt="Be brief.")
+def test_ticket_cheaper(forkpoint):
+    assert solve("Where is order A1001?") == "Order status: shipped"
+    assert [e.origin for e in forkpoint.exchanges] == ["replayed", "live"]
+""",
+    )
+    run(inner, upstream=tool_upstream.url).assert_outcomes(passed=1)
+    [live] = tool_upstream.requests  # step 0 came from the cassette
+    assert live.json["model"] == "gpt-4o-mini"
+    assert live.json["messages"][0] == {"role": "system", "content": "Be brief."}
 
 
 def test_a_hand_broken_cassette_fails_naming_file_and_line(inner, upstream):
