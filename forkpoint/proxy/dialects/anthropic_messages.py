@@ -17,6 +17,7 @@ import orjson
 
 from forkpoint.cassettes.models import Headers, Kind, Summary, ToolCall, Usage
 from forkpoint.proxy.dialects import _read as r
+from forkpoint.proxy.dialects._base import LlmDialect, anthropic_error
 
 _USAGE_KEYS = (
     "input_tokens",
@@ -27,7 +28,7 @@ _USAGE_KEYS = (
 )
 
 
-class AnthropicMessages:
+class AnthropicMessages(LlmDialect):
     name = "anthropic_messages"
 
     def claims(self, method: str, path: str) -> bool:
@@ -39,17 +40,10 @@ class AnthropicMessages:
             and (len(segments) < 3 or segments[-3] != "threads")
         )
 
-    def summarize(
-        self,
-        request_json: object | None,
-        response_body: bytes,
-        *,
-        streamed: bool,
-        status: int | None,
-    ) -> Summary:
-        if r.is_stream(response_body, streamed):
-            return _summarize_stream(request_json, response_body)
-        message = r.loads(response_body)
+    def summarize_stream(self, request_json: object | None, body: bytes) -> Summary:
+        return _summarize_stream(request_json, body)
+
+    def summarize_answer(self, request_json: object | None, message: object) -> Summary:
         content = r.arr(r.dig(message, "content"))
         return _summary(
             request_json,
@@ -63,14 +57,7 @@ class AnthropicMessages:
     def error_response(
         self, status: int, message: str, *, error_type: str
     ) -> tuple[Headers, bytes]:
-        """An error the anthropic SDK raises as `APIStatusError` with `message` in its text.
-
-        `x-should-retry: false` stops the SDK's automatic retries: forkpoint's own errors
-        would only repeat.
-        """
-        body = {"type": "error", "error": {"type": error_type, "message": message}}
-        headers = (("content-type", "application/json"), ("x-should-retry", "false"))
-        return headers, orjson.dumps(body)
+        return anthropic_error(message, error_type=error_type)
 
 
 def _usage(usage: object) -> Usage | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from forkpoint.cassettes.models import Headers, Kind, Summary
 from forkpoint.proxy.dialects import _read as r
-from forkpoint.proxy.dialects.openai_chat import openai_error
+from forkpoint.proxy.dialects._base import openai_error
 
 
 class Generic:

@@ -8,45 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import orjson
-
-from forkpoint.cassettes.models import Headers, Kind, Summary, ToolCall, Usage
+from forkpoint.cassettes.models import Kind, Summary, ToolCall, Usage
 from forkpoint.proxy.dialects import _read as r
+from forkpoint.proxy.dialects._base import LlmDialect
 
 
-class OpenAIChat:
+class OpenAIChat(LlmDialect):
     name = "openai_chat"
 
     def claims(self, method: str, path: str) -> bool:
         return method.upper() == "POST" and path.rstrip("/").endswith("/chat/completions")
 
-    def summarize(
-        self,
-        request_json: object | None,
-        response_body: bytes,
-        *,
-        streamed: bool,
-        status: int | None,
-    ) -> Summary:
-        if r.is_stream(response_body, streamed):
-            return _summarize_stream(request_json, response_body)
-        return _summarize_completion(request_json, r.loads(response_body))
+    def summarize_stream(self, request_json: object | None, body: bytes) -> Summary:
+        return _summarize_stream(request_json, body)
 
-    def error_response(
-        self, status: int, message: str, *, error_type: str
-    ) -> tuple[Headers, bytes]:
-        return openai_error(message, error_type=error_type)
-
-
-def openai_error(message: str, *, error_type: str) -> tuple[Headers, bytes]:
-    """An error the openai SDKs raise as `APIStatusError` with `message` in its text.
-
-    `x-should-retry: false` stops the SDKs' automatic retries: forkpoint's own errors
-    (a divergence, a missing recording) would only repeat.
-    """
-    body = {"error": {"message": message, "type": error_type, "param": None, "code": error_type}}
-    headers = (("content-type", "application/json"), ("x-should-retry", "false"))
-    return headers, orjson.dumps(body)
+    def summarize_answer(self, request_json: object | None, answer: object) -> Summary:
+        return _summarize_completion(request_json, answer)
 
 
 def chat_usage(usage: object) -> Usage | None:

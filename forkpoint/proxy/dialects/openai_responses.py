@@ -10,44 +10,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from forkpoint.cassettes.models import Headers, Kind, Summary, ToolCall, Usage
+from forkpoint.cassettes.models import Kind, Summary, ToolCall, Usage
 from forkpoint.proxy.dialects import _read as r
-from forkpoint.proxy.dialects.openai_chat import openai_error
+from forkpoint.proxy.dialects._base import LlmDialect
 
 _CALL_TYPES = {"function_call": "arguments", "custom_tool_call": "input"}
 _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 
 
-class OpenAIResponses:
+class OpenAIResponses(LlmDialect):
     name = "openai_responses"
 
     def claims(self, method: str, path: str) -> bool:
         return method.upper() == "POST" and path.rstrip("/").endswith("/responses")
 
-    def summarize(
-        self,
-        request_json: object | None,
-        response_body: bytes,
-        *,
-        streamed: bool,
-        status: int | None,
-    ) -> Summary:
-        if r.is_stream(response_body, streamed):
-            return _summarize_stream(request_json, response_body)
-        response = r.loads(response_body)
-        calls = _item_calls(r.dig(response, "output"))
+    def summarize_stream(self, request_json: object | None, body: bytes) -> Summary:
+        return _summarize_stream(request_json, body)
+
+    def summarize_answer(self, request_json: object | None, answer: object) -> Summary:
         return _summary(
             request_json,
-            response,
-            calls,
-            r.joined(_item_texts(r.dig(response, "output"))),
-            r.text(r.dig(response, "status")),
+            answer,
+            _item_calls(r.dig(answer, "output")),
+            r.joined(_item_texts(r.dig(answer, "output"))),
+            r.text(r.dig(answer, "status")),
         )
-
-    def error_response(
-        self, status: int, message: str, *, error_type: str
-    ) -> tuple[Headers, bytes]:
-        return openai_error(message, error_type=error_type)
 
 
 def _usage(usage: object) -> Usage | None:
