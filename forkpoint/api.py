@@ -22,7 +22,7 @@ from forkpoint.errors import ConfigError
 from forkpoint.proxy.changes import Change, load_patch
 from forkpoint.proxy.engine import DEFAULT_MAX_BODY, EngineConfig, OnDivergence, Routes, Session
 from forkpoint.proxy.intercept import InterceptOptions
-from forkpoint.proxy.matching import MatchConfig
+from forkpoint.proxy.matching import DEFAULT_VOLATILE, MatchConfig
 from forkpoint.proxy.mocks import parse_mock
 from forkpoint.proxy.pace import Pace
 from forkpoint.proxy.snapshots import SnapshotPolicy
@@ -56,7 +56,7 @@ def engine_config(
 ) -> EngineConfig:
     return EngineConfig(
         routes=Routes(default=upstream, prefixes={**DEFAULT_ROUTES, **(routes or {})}),
-        match=MatchConfig(volatile_fields=tuple(volatile_fields)),
+        match=MatchConfig(volatile_fields=(*DEFAULT_VOLATILE, *volatile_fields)),
     )
 
 

@@ -21,11 +21,16 @@ from forkpoint.proxy.encoding import UndecodableBody, decode_body
 Normalizer = Callable[[str, str, Any], Any]
 
 
+# Fields that change between two runs of the same agent without changing what it asks: the
+# OpenAI Agents SDK sends a random `prompt_cache_key` per run when talking to api.openai.com.
+DEFAULT_VOLATILE = ("prompt_cache_key",)
+
+
 @dataclass(frozen=True, slots=True)
 class MatchConfig:
     """`volatile_fields` are dotted paths into JSON bodies; `*` stands for every list item."""
 
-    volatile_fields: tuple[str, ...] = ()
+    volatile_fields: tuple[str, ...] = DEFAULT_VOLATILE
     normalizers: tuple[Normalizer, ...] = ()
 
 

@@ -239,3 +239,10 @@ def test_compressed_request_bodies_match_their_plain_twin(encoding: str):
     session = replay_session(recorded_run(body))
     request = post("/v1/chat/completions", packed, ("Content-Encoding", encoding))
     assert isinstance(decide(session, request, CONFIG), Serve)
+
+
+def test_a_per_run_prompt_cache_key_does_not_break_replay():
+    """The Agents SDK sends a random prompt_cache_key per run to api.openai.com."""
+    source = recorded_run(chat("hi", prompt_cache_key="agents-sdk:run:1111"))
+    again = chat("hi", prompt_cache_key="agents-sdk:run:2222")
+    assert isinstance(decide(replay_session(source), post("/v1/chat/completions", again), CONFIG), Serve)
