@@ -50,7 +50,11 @@ def seen(messages: Any) -> list[dict[str, Any]]:
 async def streamed() -> dict[str, Any]:
     async with agent.run_stream(TASK) as result:
         deltas = [delta async for delta in result.stream_text(delta=True, debounce_by=None)]
-    return {"final_output": await result.get_output(), "deltas": deltas, "messages": seen(result.all_messages())}
+    return {
+        "final_output": await result.get_output(),
+        "deltas": deltas,
+        "messages": seen(result.all_messages()),
+    }
 
 
 def main() -> dict[str, Any]:

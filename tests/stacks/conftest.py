@@ -11,7 +11,8 @@ The checks, per stack:
 - replay: a new proxy with no upstream at all, the recording's upstream stopped; the agent
   must see exactly what it saw when recorded, every exchange served from the cassette, the
   upstream's request counter unchanged;
-- fork: the first steps replayed, the rest live to a fresh upstream with the change applied.
+- fork: the first steps replayed, the rest live to a fresh upstream with the change applied;
+- resume: a crashed run's steps served from the cassette, the rest live, in the same run.
 
 Subprocess agents also get `HTTP(S)_PROXY` pointing at a `Sentinel` (with 127.0.0.1 exempt):
 a call that bypasses the base URL (telemetry, a price list, a tokenizer download) lands
@@ -24,12 +25,14 @@ import contextlib
 import fcntl
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,9 +96,10 @@ class Sentinel:
     counted (with its request line, e.g. `CONNECT api.openai.com:443`) and refused with 502."""
 
     def __init__(self) -> None:
-        self.attempts: list[str] = []
+        self._attempts: list[str] = []
         self._server = socket.create_server(("127.0.0.1", 0))
         self._server.settimeout(0.1)
+        self._lock = threading.Lock()  # held while a connection is taken and answered
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="sentinel", daemon=True)
         self._thread.start()
@@ -104,16 +108,29 @@ class Sentinel:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.getsockname()[1]}"
 
+    @property
+    def attempts(self) -> list[str]:
+        """Every connection so far, including one still waiting to be accepted."""
+        while True:
+            with self._lock:
+                if not self._pending():
+                    return list(self._attempts)
+            time.sleep(0.01)
+
+    def _pending(self) -> bool:
+        return bool(select.select([self._server], [], [], 0)[0])
+
     def _serve(self) -> None:
         while not self._stop.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except TimeoutError:
+            if not select.select([self._server], [], [], 0.1)[0]:
                 continue
-            with conn, contextlib.suppress(OSError):
-                conn.settimeout(2)
-                self.attempts.append(conn.recv(4096).partition(b"\r\n")[0].decode("latin-1"))
-                conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+            with self._lock, contextlib.suppress(OSError):
+                conn, _ = self._server.accept()
+                with conn:
+                    conn.settimeout(2)
+                    request = conn.recv(4096).partition(b"\r\n")[0].decode("latin-1")
+                    self._attempts.append(request)
+                    conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
 
     def close(self) -> None:
         self._stop.set()
@@ -155,18 +172,29 @@ class Stacks:
         proxy = self._start_proxy(upstream.url, routes={"anthropic": upstream.url})
         return upstream, proxy
 
-    def record(self, agent: Agent, script: Script, *, min_steps: int) -> Recorded:
+    def record(
+        self,
+        agent: Agent,
+        script: Script,
+        *,
+        min_steps: int,
+        ends: RunStatus = RunStatus.FINISHED,
+        statuses: list[int] | None = None,
+    ) -> Recorded:
+        """Record a run whose responses have `statuses` (all 200 by default); `ends=CRASHED`
+        closes it as `forkpoint record` does when the agent exits non-zero."""
         upstream, proxy = self._live(script)
         run = proxy.proxy.sessions.start_record(name="recorded").run
-        output = agent(self.env(proxy.proxy.url, run, ))
-        proxy.close()
+        output = agent(self.env(proxy.proxy.url, run))
+        proxy.close(ends)
         upstream.stop()
         exchanges = self.store.exchanges(run.id)
         assert len(exchanges) == upstream.request_count >= min_steps
+        assert [e.status for e in exchanges] == (statuses or [200] * len(exchanges))
         for exchange in exchanges:
-            assert (exchange.origin, exchange.status, exchange.complete) == (Origin.LIVE, 200, True)
+            assert (exchange.origin, exchange.complete) == (Origin.LIVE, True)
             assert exchange.summary is not None and exchange.summary.kind == "llm", exchange.route
-        assert self.store.get_run(run.id).status is RunStatus.FINISHED
+        assert self.store.get_run(run.id).status is ends
         self.assert_offline()
         return Recorded(self.store.get_run(run.id), output, exchanges, upstream)
 
@@ -176,7 +204,7 @@ class Stacks:
         sent = recorded.upstream.request_count
         proxy = self._start_proxy(None)
         run = proxy.proxy.sessions.start_replay(recorded.run.id, name="replayed").run
-        output = agent(self.env(proxy.proxy.url, run, ))
+        output = agent(self.env(proxy.proxy.url, run))
         proxy.close()
         exchanges = self.store.exchanges(run.id)
         assert [e.origin for e in exchanges] == [Origin.REPLAYED] * len(recorded.exchanges)
@@ -198,7 +226,7 @@ class Stacks:
         """Steps < `at` from the cassette, the rest live to a fresh upstream with `change`."""
         upstream, proxy = self._live(script)
         run = proxy.proxy.sessions.start_fork(recorded.run.id, at=at, change=change).run
-        output = agent(self.env(proxy.proxy.url, run, ))
+        output = agent(self.env(proxy.proxy.url, run))
         proxy.close()
         upstream.stop()
         exchanges = self.store.exchanges(run.id)
@@ -212,6 +240,22 @@ class Stacks:
         assert forked.status is RunStatus.FINISHED
         self.assert_offline()
         return Recorded(forked, output, exchanges, upstream)
+
+    def resume(self, crashed: Recorded, agent: Agent, script: Script) -> Recorded:
+        """Go on with a crashed run: its steps from the cassette, the rest live, same run."""
+        upstream, proxy = self._live(script)
+        run = proxy.proxy.sessions.start_resume(crashed.run.id).run
+        output = agent(self.env(proxy.proxy.url, run))
+        proxy.close()
+        upstream.stop()
+        exchanges = self.store.exchanges(run.id)
+        done = len(crashed.exchanges)
+        assert exchanges[:done] == crashed.exchanges  # kept, not written again
+        assert [e.origin for e in exchanges[done:]] == [Origin.LIVE] * upstream.request_count
+        assert upstream.request_count > 0
+        assert self.store.get_run(run.id).status is RunStatus.FINISHED
+        self.assert_offline()
+        return Recorded(self.store.get_run(run.id), output, exchanges, upstream)
 
     def check(self, agent: Agent, script: Script, *, min_steps: int) -> Recorded:
         """Record, then replay offline and compare: the whole test for most stacks."""

@@ -84,7 +84,9 @@ def test_async_streaming_tool_runner_and_parse_replay_offline(stacks):
     recorded = stacks.check(anthropic_agent, script, min_steps=4)
     turns = recorded.output["turns"]
     assert [t["message"]["stop_reason"] for t in turns] == ["tool_use", "tool_use", "end_turn"]
-    deltas = [e["delta"]["type"] for t in turns for e in t["events"] if e["type"] == "content_block_delta"]
+    deltas = [
+        e["delta"]["type"] for t in turns for e in t["events"] if e["type"] == "content_block_delta"
+    ]
     assert "input_json_delta" in deltas and "text_delta" in deltas
     assert turns[-1]["message"]["content"][0]["text"].startswith("[claude-haiku-4-5] Refund")
     assert recorded.output["parsed"]["answered_by"] == MODEL

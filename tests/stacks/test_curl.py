@@ -15,8 +15,35 @@ from tests.stacks.scripts import support_script
 pytestmark = pytest.mark.stacks
 
 KEPT_HEADERS = ("content-type", "content-encoding", "x-request-id", "request-id")
-TOOLS = [{"type": "function", "function": {"name": "lookup_order", "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}}]
 ASK = [{"role": "user", "content": "Where is order A1001?"}]
+LOOKUP = {
+    "name": "lookup_order",
+    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+}
+STREAM = {"stream": True}
+CALLS: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
+    # base-URL variable, path, body, curl options (`-N`: print each chunk as it comes)
+    ("OPENAI_BASE_URL", "/chat/completions",
+     {"model": "gpt-4o", "messages": ASK, "tools": [{"type": "function", "function": LOOKUP}]},
+     ("--compressed",)),
+    ("OPENAI_BASE_URL", "/chat/completions",
+     {"model": "gpt-4o", "messages": ASK, **STREAM, "stream_options": {"include_usage": True}},
+     ("-N",)),
+    ("OPENAI_BASE_URL", "/responses", {"model": "gpt-4.1", "input": "Where is order A1001?"}, ()),
+    ("OPENAI_BASE_URL", "/responses",
+     {"model": "gpt-4.1", "input": ASK, "tools": [{"type": "function", **LOOKUP}], **STREAM},
+     ("-N",)),
+    ("ANTHROPIC_BASE_URL", "/v1/messages",
+     {"model": "claude-haiku-4-5", "max_tokens": 100, "messages": ASK, **STREAM},
+     ("-N",)),
+]  # fmt: skip
+
+
+def credentials(base: str, env: dict[str, str]) -> tuple[str, ...]:
+    if base == "ANTHROPIC_BASE_URL":
+        key = env["ANTHROPIC_API_KEY"]
+        return ("-H", f"x-api-key: {key}", "-H", "anthropic-version: 2023-06-01")
+    return ("-H", f"Authorization: Bearer {env['OPENAI_API_KEY']}")
 
 
 def curl(env: dict[str, str], url: str, body: dict[str, Any], *options: str) -> dict[str, Any]:
@@ -24,7 +51,8 @@ def curl(env: dict[str, str], url: str, body: dict[str, Any], *options: str) -> 
     curl_path = shutil.which("curl")
     assert curl_path, "the curl stack test needs curl on PATH"
     done = subprocess.run(
-        [curl_path, "-sS", "-D", "-", url, "-H", "Content-Type: application/json", "-d", json.dumps(body), *options],
+        [curl_path, "-sS", "-D", "-", url, "-H", "Content-Type: application/json",
+         "-d", json.dumps(body), *options],
         env=env, capture_output=True, timeout=60, check=True,
     )  # fmt: skip
     head, _, payload = done.stdout.partition(b"\r\n\r\n")
@@ -35,15 +63,9 @@ def curl(env: dict[str, str], url: str, body: dict[str, Any], *options: str) -> 
 
 
 def curl_agent(env: dict[str, str]) -> list[Any]:
-    openai_base, anthropic_base = env["OPENAI_BASE_URL"], env["ANTHROPIC_BASE_URL"]
-    bearer = ("-H", f"Authorization: Bearer {env['OPENAI_API_KEY']}")
-    anthropic_auth = ("-H", f"x-api-key: {env['ANTHROPIC_API_KEY']}", "-H", "anthropic-version: 2023-06-01")
     return [
-        curl(env, f"{openai_base}/chat/completions", {"model": "gpt-4o", "messages": ASK, "tools": TOOLS}, "--compressed", *bearer),
-        curl(env, f"{openai_base}/chat/completions", {"model": "gpt-4o", "messages": ASK, "stream": True, "stream_options": {"include_usage": True}}, "-N", *bearer),
-        curl(env, f"{openai_base}/responses", {"model": "gpt-4.1", "input": "Where is order A1001?"}, *bearer),
-        curl(env, f"{openai_base}/responses", {"model": "gpt-4.1", "input": "Where is order A1001?", "tools": [{"type": "function", **TOOLS[0]["function"]}], "stream": True}, "-N", *bearer),
-        curl(env, f"{anthropic_base}/v1/messages", {"model": "claude-haiku-4-5", "max_tokens": 100, "messages": ASK, "stream": True}, "-N", *anthropic_auth),
+        curl(env, env[base] + path, body, *options, *credentials(base, env))
+        for base, path, body, options in CALLS
     ]
 
 
@@ -51,7 +73,8 @@ def test_curl_plain_and_streamed_replays_offline(stacks):
     recorded = stacks.check(curl_agent, support_script, min_steps=5)
     plain, stream, responses, responses_stream, anthropic_stream = recorded.output
     assert plain["headers"]["content-encoding"] == "gzip"  # passed through; curl decoded it
-    assert json.loads(plain["body"])["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "lookup_order"
+    [call] = json.loads(plain["body"])["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "lookup_order"
     assert stream["body"].rstrip().endswith("data: [DONE]")
     assert json.loads(responses["body"])["status"] == "completed"
     assert "event: response.function_call_arguments.delta" in responses_stream["body"]

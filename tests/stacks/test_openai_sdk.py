@@ -12,7 +12,9 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from forkpoint.cassettes.models import RunStatus
 from forkpoint.proxy.changes import Change
+from forkpoint.testing.upstream import ErrorReply, Prompt, Reply
 from tests.stacks.scripts import structured_script
 
 pytestmark = pytest.mark.stacks
@@ -65,7 +67,11 @@ def chat_parse(client: openai.OpenAI) -> list[Any]:
     assert isinstance(call.function.parsed_arguments, LookupOrder)
     messages += [
         first.choices[0].message,
-        {"role": "tool", "tool_call_id": call.id, "content": lookup_order(call.function.parsed_arguments.order_id)},
+        {
+            "role": "tool",
+            "tool_call_id": call.id,
+            "content": lookup_order(call.function.parsed_arguments.order_id),
+        },
     ]
     second = client.chat.completions.parse(
         model="gpt-4o", messages=messages, tools=CHAT_TOOLS, response_format=RefundDecision
@@ -83,7 +89,12 @@ def responses_parse(client: openai.OpenAI) -> list[Any]:
     call = next(item for item in first.output if item.type == "function_call")
     result = lookup_order(**json.loads(call.arguments))
     inputs += [
-        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {
+            "type": "function_call",
+            "call_id": call.call_id,
+            "name": call.name,
+            "arguments": call.arguments,
+        },
         {"type": "function_call_output", "call_id": call.call_id, "output": result},
     ]
     second = client.responses.parse(
@@ -139,7 +150,9 @@ def test_structured_output_sync_async_streamed_replays_offline(stacks):
     recorded = stacks.check(structured_agent, structured_script, min_steps=6)
     seen = recorded.output
     answer = seen["chat"][1]["choices"][0]["message"]["parsed"]
-    assert answer["status"].startswith("order A1001: delivered") and answer["answered_by"] == "gpt-4o"
+    assert (
+        answer["status"].startswith("order A1001: delivered") and answer["answered_by"] == "gpt-4o"
+    )
     assert seen["responses"][2] == answer
     assert [e.streamed for e in recorded.exchanges].count(True) == 2
 
@@ -150,8 +163,50 @@ def test_fork_after_the_tool_call_with_another_model(stacks):
         recorded, structured_agent, structured_script, at=1, change=Change(model="gpt-4o-mini")
     )
     assert forked.output["chat"][0] == recorded.output["chat"][0]  # from the cassette
-    assert forked.output["chat"][1]["choices"][0]["message"]["parsed"]["answered_by"] == "gpt-4o-mini"
+    assert (
+        forked.output["chat"][1]["choices"][0]["message"]["parsed"]["answered_by"] == "gpt-4o-mini"
+    )
     assert forked.output["responses"][2]["answered_by"] == "gpt-4o-mini"
+
+
+def test_resume_a_crashed_run(stacks):
+    """The agent died after the Chat Completions part: resumed, it runs again from the start,
+    its first steps answered from the cassette, the rest live, all in the crashed run."""
+
+    def dies_after_chat(env: dict[str, str]) -> Any:
+        with openai.OpenAI(
+            base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=0
+        ) as client:
+            return chat_parse(client)
+
+    crashed = stacks.record(dies_after_chat, structured_script, min_steps=2, ends=RunStatus.CRASHED)
+    resumed = stacks.resume(crashed, structured_agent, structured_script)
+    assert resumed.run.id == crashed.run.id and len(resumed.exchanges) == 6
+    assert resumed.output["chat"] == crashed.output  # the same answers, from the cassette
+    assert resumed.upstream.request_count == 4
+
+
+def test_a_retried_request_replays_as_it_went(stacks):
+    """The SDK retries a 500 with the same body (only `x-stainless-retry-count` changes):
+    replay serves the 500, then the answer, so the SDK retries again and sees what it saw."""
+    failures: list[Prompt] = []
+
+    def flaky(prompt: Prompt) -> Reply | ErrorReply:
+        if not failures:
+            failures.append(prompt)
+            return ErrorReply(500, "The server had an error while processing your request.")
+        return structured_script(prompt)
+
+    def retrying(env: dict[str, str]) -> Any:
+        with openai.OpenAI(
+            base_url=env["OPENAI_BASE_URL"], api_key=env["OPENAI_API_KEY"], max_retries=1
+        ) as client:
+            return chat_parse(client)
+
+    recorded = stacks.record(retrying, flaky, min_steps=3, statuses=[500, 200, 200])
+    retries = [dict(e.request_headers)["x-stainless-retry-count"] for e in recorded.exchanges]
+    assert retries[:2] == ["0", "1"]
+    stacks.replay(recorded, retrying)
 
 
 def test_a_live_rerun_differs_so_equal_output_means_replayed(stacks):

@@ -13,9 +13,32 @@ ASK = [{"role": "user", "content": "refund?"}]
 @pytest.mark.parametrize(
     ("dialect", "body"),
     [
-        ("openai_chat", {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"name": "D", "schema": SCHEMA, "strict": True}}}),
-        ("openai_responses", {"input": ASK, "text": {"format": {"type": "json_schema", "name": "D", "schema": SCHEMA, "strict": True}}}),
-        ("anthropic_messages", {"messages": ASK, "output_config": {"format": {"type": "json_schema", "schema": SCHEMA}}}),
+        (
+            "openai_chat",
+            {
+                "messages": ASK,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "D", "schema": SCHEMA, "strict": True},
+                },
+            },
+        ),
+        (
+            "openai_responses",
+            {
+                "input": ASK,
+                "text": {
+                    "format": {"type": "json_schema", "name": "D", "schema": SCHEMA, "strict": True}
+                },
+            },
+        ),
+        (
+            "anthropic_messages",
+            {
+                "messages": ASK,
+                "output_config": {"format": {"type": "json_schema", "schema": SCHEMA}},
+            },
+        ),
     ],
 )
 def test_output_schema_is_read_from_each_dialect(dialect, body):

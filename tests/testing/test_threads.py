@@ -16,8 +16,14 @@ FIRST = {
     "thread": {"type": "create"},
     "messages": [{"role": "user", "content": "where is A1001?"}],
 }
-REPLY = {"id": "msg_1", "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup_order", "input": {}}]}
-RESULT = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "shipped"}]}
+REPLY = {
+    "id": "msg_1",
+    "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup_order", "input": {}}],
+}
+RESULT = {
+    "role": "user",
+    "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "shipped"}],
+}
 
 
 def continue_from(message_id: str) -> dict:
