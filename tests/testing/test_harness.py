@@ -62,7 +62,7 @@ def test_the_marker_wins_over_the_command_line(monkeypatch):
 @pytest.mark.parametrize(
     "args, kwargs, message",
     [
-        ((), {"fork_at": 3}, "unknown option fork_at"),
+        ((), {"speed": 3}, "unknown option speed"),
         (("a", "b"), {}, "more than one positional argument"),
         ((), {"pace": "slowly"}, "--pace takes"),
     ],

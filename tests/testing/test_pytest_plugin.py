@@ -13,6 +13,9 @@ import yaml
 from forkpoint.testing.upstream import Prompt, Reply, ScriptedUpstream, ToolCallSpec
 
 pytest_plugins = ["pytester"]
+# Inner sessions run in a subprocess: in-process, pytester restores sys.modules afterwards, and
+# modules first imported by the inner session (httpx's transports) come back as new copies whose
+# exception classes the openai SDK no longer recognizes, breaking later tests.
 
 AGENT = '''
 import openai
@@ -62,7 +65,7 @@ def write_test(pytester: pytest.Pytester, body: str, name: str = "test_agent") -
 
 def run(pytester: pytest.Pytester, *args: str, upstream: str | None = None) -> pytest.RunResult:
     extra = ("--forkpoint-upstream", upstream) if upstream else ()
-    return pytester.runpytest("-q", *extra, *args)
+    return pytester.runpytest_subprocess("-q", *extra, *args)
 
 
 TICKET = """

@@ -32,7 +32,7 @@ def inner(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def record_then_replay(pytester, monkeypatch, upstream, *args, passed: int) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("FORKPOINT_TEST_PHASE", "record")
-    result = pytester.runpytest(
+    result = pytester.runpytest_subprocess(
         "-q", "--forkpoint-record=once", "--forkpoint-upstream", upstream.url, *args
     )
     result.assert_outcomes(passed=passed)
@@ -40,7 +40,7 @@ def record_then_replay(pytester, monkeypatch, upstream, *args, passed: int) -> N
     assert sent >= passed
     upstream.stop()
     monkeypatch.setenv("FORKPOINT_TEST_PHASE", "replay")
-    pytester.runpytest("-q", *args).assert_outcomes(passed=passed)
+    pytester.runpytest_subprocess("-q", *args).assert_outcomes(passed=passed)
     assert upstream.request_count == sent
 
 
@@ -153,4 +153,4 @@ def test_xdist_workers_each_run_their_own_proxies(inner, monkeypatch, upstream):
     assert upstream.request_count == 6
     assert len(list((inner.path / "cassettes/test_workers").glob("*.yaml"))) == 6
     upstream.stop()
-    inner.runpytest("-q").assert_outcomes(passed=6)  # what the workers wrote replays
+    inner.runpytest_subprocess("-q").assert_outcomes(passed=6)  # what the workers wrote replays
