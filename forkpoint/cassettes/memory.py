@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterable
 
 from forkpoint.cassettes.models import Exchange, Run, RunStatus, Snapshot
-from forkpoint.errors import CassetteError, RunNotFound
+from forkpoint.cassettes.store import StoredBranch, StoredExperiment
+from forkpoint.errors import CassetteError, ConfigError, RunNotFound
 
 
 class MemoryStore:
@@ -25,6 +26,7 @@ class MemoryStore:
         self._runs: dict[str, Run] = {}
         self._exchanges: dict[str, dict[int, Exchange]] = {}
         self._snapshots: dict[str, dict[tuple[int, str], Snapshot]] = {}
+        self._experiments: dict[str, tuple[StoredExperiment, list[StoredBranch]]] = {}
         self._closed = False
 
     def _open(self) -> None:
@@ -131,6 +133,38 @@ class MemoryStore:
             if snapshot.ok and (at_most is None or snapshot.step <= at_most):
                 newest[snapshot.adapter] = snapshot
         return list(newest.values())
+
+    def create_experiment(self, experiment: StoredExperiment) -> None:
+        with self._lock:
+            self._open()
+            if experiment.name in self._experiments:
+                raise ConfigError(f"{self.label} already has an experiment {experiment.name!r}")
+            self._experiments[experiment.name] = (copy.deepcopy(experiment), [])
+
+    def add_experiment_branch(self, name: str, branch: StoredBranch) -> None:
+        with self._lock:
+            self._open()
+            self._experiments[name][1].append(copy.deepcopy(branch))
+
+    def finish_experiment(self, name: str, *, ended_at: float) -> None:
+        with self._lock:
+            self._open()
+            experiment, branches = self._experiments[name]
+            self._experiments[name] = (experiment._replace(ended_at=ended_at), branches)
+
+    def get_experiment(self, name: str) -> tuple[StoredExperiment, list[StoredBranch]]:
+        with self._lock:
+            self._open()
+            found = self._experiments.get(name)
+            if found is None:
+                raise ConfigError(f"no experiment {name!r} in {self.label}")
+            return copy.deepcopy(found[0]), sorted(copy.deepcopy(found[1]), key=lambda b: b.seq)
+
+    def list_experiments(self) -> list[StoredExperiment]:
+        with self._lock:
+            self._open()
+            found = [copy.deepcopy(e) for e, _ in self._experiments.values()]
+        return sorted(found, key=lambda e: (e.created_at, e.name))
 
     def close(self) -> None:
         with self._lock:

@@ -3,7 +3,8 @@
 Tables: `runs`, `exchanges` (one row per step, with what its dialect read off it), `chunks`
 (one row per streamed chunk: its offset and size, then an end marker row when the stream ended
 cleanly, so a cut stream is visible in SQL), and `blobs` (body segments by sha256, compressed,
-stored once). A body column holds the JSON list of its segments' hashes.
+stored once). A body column holds the JSON list of its segments' hashes. `experiments` and
+`experiment_runs` keep each experiment's spec and the branch run it forked from each run.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from forkpoint.cassettes.models import (
 from forkpoint.cassettes.sqlite_schema import (
     APPLICATION_ID,
     SCHEMA_VERSION,
+    create_experiment_tables,
     create_schema,
     cut_chunks,
     dump_headers,
@@ -41,7 +43,8 @@ from forkpoint.cassettes.sqlite_schema import (
     load_headers,
     run_from_row,
 )
-from forkpoint.errors import CassetteError, RunNotFound, SchemaVersionError
+from forkpoint.cassettes.store import StoredBranch, StoredExperiment
+from forkpoint.errors import CassetteError, ConfigError, RunNotFound, SchemaVersionError
 
 KNOWN_BLOBS = 100_000
 
@@ -106,13 +109,22 @@ class SqliteStore:
         # Exchanges must belong to a run that exists.
         self._conn.execute("PRAGMA foreign_keys=ON")
 
+    def _read_pragma(self, name: str) -> int:
+        return int(self._conn.execute(f"PRAGMA {name}").fetchone()[0])
+
     def _check_or_create_schema(self) -> None:
-        app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
-        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-        if app_id == 0 and not self.db.table_names():
-            with self._conn:
-                create_schema(self.db)
-            return
+        if self._read_pragma("application_id") == 0 and not self.db.table_names():
+            # Two processes may create the same new cassette at once (parallel `record`s):
+            # the write lock makes one the creator, and the other then finds its schema.
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                if not self.db.table_names():
+                    create_schema(self.db)
+                self._conn.commit()
+            except BaseException:
+                self._conn.rollback()
+                raise
+        app_id, version = self._read_pragma("application_id"), self._read_pragma("user_version")
         if app_id != APPLICATION_ID:
             raise CassetteError(f"{self.path} is an SQLite file but not a forkpoint cassette")
         if version != SCHEMA_VERSION:
@@ -382,6 +394,55 @@ class SqliteStore:
                 ).fetchone()
                 snapshot.data = self._get_body(body)
         return list(newest.values())
+
+    # experiments
+
+    def create_experiment(self, experiment: StoredExperiment) -> None:
+        name, created_at, ended_at, spec = experiment
+        with self._transaction() as conn:
+            create_experiment_tables(self.db)  # a cassette from before experiments lacks them
+            if conn.execute("SELECT 1 FROM experiments WHERE name=?", (name,)).fetchone():
+                raise ConfigError(f"{self.path} already has an experiment {name!r}")
+            conn.execute(
+                "INSERT INTO experiments VALUES (?,?,?,?)",
+                (name, created_at, ended_at, orjson.dumps(spec).decode()),
+            )
+
+    def add_experiment_branch(self, name: str, branch: StoredBranch) -> None:
+        seq, source_id, branch_id, error, result = branch
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO experiment_runs VALUES (?,?,?,?,?,?)",
+                (name, seq, source_id, branch_id, error, orjson.dumps(result).decode()),
+            )
+
+    def finish_experiment(self, name: str, *, ended_at: float) -> None:
+        with self._transaction() as conn:
+            conn.execute("UPDATE experiments SET ended_at=? WHERE name=?", (ended_at, name))
+
+    def get_experiment(self, name: str) -> tuple[StoredExperiment, list[StoredBranch]]:
+        found = self._experiments("WHERE name=?", (name,))
+        if not found:
+            raise ConfigError(
+                f"no experiment {name!r} in {self.path} (see: forkpoint experiment list)"
+            )
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT seq, source_id, branch_id, error, result FROM experiment_runs "
+                "WHERE experiment=? ORDER BY seq",
+                (name,),
+            ).fetchall()
+        return found[0], [StoredBranch(s, src, b, e, orjson.loads(r)) for s, src, b, e, r in rows]
+
+    def list_experiments(self) -> list[StoredExperiment]:
+        return self._experiments("ORDER BY created_at, name", ())
+
+    def _experiments(self, where: str, params: Sequence[Any]) -> list[StoredExperiment]:
+        with self._lock:
+            if not self.db["experiments"].exists():
+                return []
+            rows = self._conn.execute(f"SELECT * FROM experiments {where}", params).fetchall()
+        return [StoredExperiment(n, c, e, orjson.loads(spec)) for n, c, e, spec in rows]
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Read-only SQL for reports and tests."""

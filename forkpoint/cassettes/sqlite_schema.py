@@ -56,8 +56,33 @@ def create_schema(db: sqlite_utils.Database) -> None:
     )  # fmt: skip
     db.table("runs").create_index(["name"])
     db.table("exchanges").create_index(["run_id", "fingerprint"])
+    create_experiment_tables(db)
     db.execute(f"PRAGMA application_id={APPLICATION_ID}")
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def create_experiment_tables(db: sqlite_utils.Database) -> None:
+    """`experiments` (name, times, spec JSON) and `experiment_runs` (each selected run, its
+    branch run or the error, and a JSON result). Also run on a cassette written before these
+    tables existed (same schema version: none was released without them)."""
+    db.table("experiments").create(
+        {"name": str, "created_at": float, "ended_at": float, "spec": str},
+        pk="name",
+        if_not_exists=True,
+    )
+    db.table("experiment_runs").create(
+        {
+            "experiment": str, "seq": int, "source_id": str, "branch_id": str, "error": str,
+            "result": str,
+        },
+        pk=("experiment", "seq"),
+        foreign_keys=[
+            ("experiment", "experiments", "name"),
+            ("source_id", "runs", "id"),
+            ("branch_id", "runs", "id"),
+        ],
+        if_not_exists=True,
+    )  # fmt: skip
 
 
 def cut_chunks(body: bytes, sizes: list[tuple[float, int]]) -> list[Chunk]:

@@ -3,9 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from forkpoint.cassettes.models import Exchange, Run, RunStatus, Snapshot
+
+
+class StoredExperiment(NamedTuple):
+    """An experiment as a cassette keeps it: a name, when it ran, and its spec (JSON data)."""
+
+    name: str
+    created_at: float
+    ended_at: float | None  # None while it runs, or when it was interrupted
+    spec: dict[str, Any]
+
+
+class StoredBranch(NamedTuple):
+    """One run an experiment forked: the branch run, or the error that left it without one.
+
+    `result` (JSON data) holds what the runs alone do not: the fork step, the exit code and
+    what the check said. `seq` keeps the order the runs were selected in.
+    """
+
+    seq: int
+    source_id: str
+    branch_id: str | None
+    error: str | None
+    result: dict[str, Any]
 
 
 class Store(Protocol):
@@ -46,6 +69,22 @@ class Store(Protocol):
 
     def latest_snapshots(self, run_id: str, *, at_most: int | None = None) -> list[Snapshot]:
         """For each adapter, its newest good snapshot at a step <= `at_most`, state loaded."""
+        ...
+
+    def create_experiment(self, experiment: StoredExperiment) -> None:
+        """Start an experiment; raises ConfigError when the name is taken."""
+        ...
+
+    def add_experiment_branch(self, name: str, branch: StoredBranch) -> None: ...
+
+    def finish_experiment(self, name: str, *, ended_at: float) -> None: ...
+
+    def get_experiment(self, name: str) -> tuple[StoredExperiment, list[StoredBranch]]:
+        """An experiment and its branches by `seq`; raises ConfigError when there is none."""
+        ...
+
+    def list_experiments(self) -> list[StoredExperiment]:
+        """Every experiment, oldest first."""
         ...
 
     def close(self) -> None: ...

@@ -174,3 +174,23 @@ def test_tool_calls_and_usage_columns_are_queryable(store: SqliteStore):
     assert row[:3] == ("gpt-4o", 10, 2)
     assert orjson.loads(row[3]) == [["lookup_order", '{"id": "A1"}', "call_1"]]
     assert store.exchanges("r1")[0].summary == summary
+
+
+def test_processes_creating_one_new_cassette_at_once_all_succeed(tmp_path: Path):
+    """Parallel `forkpoint record`s into a cassette that does not exist yet."""
+    import subprocess
+    import sys
+
+    cassette = tmp_path / "new.db"
+    code = (
+        "import sys; from forkpoint.cassettes.sqlite import SqliteStore; "
+        "from forkpoint.cassettes.models import Run; "
+        "s = SqliteStore(sys.argv[1]); s.create_run(Run(sys.argv[2])); s.close()"
+    )
+    processes = [subprocess.Popen([sys.executable, "-c", code, str(cassette), f"run-{i}"],
+                                  stderr=subprocess.PIPE) for i in range(6)]  # fmt: skip
+    errors = [p.communicate(timeout=60)[1].decode() for p in processes]
+    assert [p.returncode for p in processes] == [0] * 6, errors
+    store = SqliteStore(cassette)
+    assert sorted(r.id for r in store.list_runs()) == [f"run-{i}" for i in range(6)]
+    store.close()
