@@ -11,11 +11,13 @@ import time
 import openai
 
 ready = time.time()
-bodies = json.loads(open(sys.argv[1]).read())
+with open(sys.argv[1]) as file:
+    bodies = json.loads(file.read())
 first_sent = None
 with openai.OpenAI(max_retries=0) as client:
     for body in bodies:
         first_sent = first_sent or time.time()
         client.chat.completions.create(**body)
 if len(sys.argv) > 2:
-    open(sys.argv[2], "w").write(json.dumps({"ready": ready, "first_sent": first_sent}))
+    with open(sys.argv[2], "w") as file:
+        file.write(json.dumps({"ready": ready, "first_sent": first_sent}))

@@ -52,11 +52,22 @@ class Clocked:
         self.thread.close()
 
 
-def forkpoint(cassette: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    full = {**os.environ, "FORKPOINT_CASSETTE": str(cassette), "OPENAI_API_KEY": "k",
-            "PYTHONPATH": str(ROOT), **(env or {})}  # fmt: skip
-    return subprocess.Popen([sys.executable, "-m", "forkpoint", *args], env=full,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+def forkpoint(
+    cassette: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    full = {
+        **os.environ,
+        "FORKPOINT_CASSETTE": str(cassette),
+        "OPENAI_API_KEY": "k",
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "forkpoint", *args],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def finish(process: subprocess.Popen[bytes]) -> str:
@@ -70,8 +81,13 @@ def bench_fork(work: Path, upstream: Clocked, steps: int) -> tuple[float, float,
     """Seconds from spawning `forkpoint fork` to the first live request; of which the agent's
     own start-up (until its first request); and the replayed prefix per step."""
     cassette = work / "fork.db"
-    bodies = [{"model": "gpt-4o", "messages": [{"role": "user", "content": f"question {i} " + "context " * 200}]}
-              for i in range(steps)]  # fmt: skip
+    bodies = [
+        {
+            "model": "gpt-4o",
+            "messages": [{"role": "user", "content": f"question {i} " + "context " * 200}],
+        }
+        for i in range(steps)
+    ]
     requests = work / "requests.json"
     requests.write_text(json.dumps(bodies))
     client = [sys.executable, str(ROOT / "benchmarks/_reissue_client.py"), str(requests)]
@@ -79,8 +95,18 @@ def bench_fork(work: Path, upstream: Clocked, steps: int) -> tuple[float, float,
     upstream.arrivals.clear()
     marks = work / "marks.json"
     started = time.time()
-    process = forkpoint(cassette, "fork", run_id, "--at", str(steps - 1), "--upstream", upstream.url,
-                        "--", *client, str(marks))  # fmt: skip
+    process = forkpoint(
+        cassette,
+        "fork",
+        run_id,
+        "--at",
+        str(steps - 1),
+        "--upstream",
+        upstream.url,
+        "--",
+        *client,
+        str(marks),
+    )
     finish(process)
     assert len(upstream.arrivals) == 1, upstream.arrivals
     first_sent = json.loads(marks.read_text())["first_sent"]
@@ -91,12 +117,35 @@ def bench_fork(work: Path, upstream: Clocked, steps: int) -> tuple[float, float,
 def bench_resume(work: Path, upstream: Clocked, steps: int, state_kb: int) -> float:
     cassette = work / "resume.db"
     env = {"TURNS": str(steps + 1), "STATE_KB": str(state_kb)}
-    finish(forkpoint(cassette, "record", "--name", "r", "--upstream", upstream.url, "--", sys.executable,
-                     str(AGENT), env={**env, "CRASH_AFTER": str(steps)}))  # fmt: skip
+    finish(
+        forkpoint(
+            cassette,
+            "record",
+            "--name",
+            "r",
+            "--upstream",
+            upstream.url,
+            "--",
+            sys.executable,
+            str(AGENT),
+            env={**env, "CRASH_AFTER": str(steps)},
+        )
+    )
     upstream.arrivals.clear()
     started = time.time()
-    finish(forkpoint(cassette, "resume", "r", "--upstream", upstream.url, "--", sys.executable,
-                     str(AGENT), env=env))  # fmt: skip
+    finish(
+        forkpoint(
+            cassette,
+            "resume",
+            "r",
+            "--upstream",
+            upstream.url,
+            "--",
+            sys.executable,
+            str(AGENT),
+            env=env,
+        )
+    )
     assert len(upstream.arrivals) == 1, upstream.arrivals
     return upstream.arrivals[0] - started
 
@@ -108,9 +157,19 @@ def bench_snapshot_overhead(work: Path, upstream: Clocked, requests: int) -> tup
     results = []
     for attach in ("1", "0"):
         out = work / f"latencies-{attach}.json"
-        finish(forkpoint(work / "overhead.db", "record", "--upstream", upstream.url, "--",
-                         sys.executable, str(timed), str(out),
-                         env={"ATTACH": attach, "REQUESTS": str(requests)}))  # fmt: skip
+        finish(
+            forkpoint(
+                work / "overhead.db",
+                "record",
+                "--upstream",
+                upstream.url,
+                "--",
+                sys.executable,
+                str(timed),
+                str(out),
+                env={"ATTACH": attach, "REQUESTS": str(requests)},
+            )
+        )
         results.append(statistics.median(json.loads(out.read_text())))
     return results[0], results[1]
 
@@ -125,9 +184,11 @@ latencies = []
 with openai.OpenAI(max_retries=0) as client:
     for i in range(int(os.environ["REQUESTS"])):
         started = time.perf_counter()
-        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": f"q{i}"}])
+        question = [{"role": "user", "content": f"q{i}"}]
+        client.chat.completions.create(model="gpt-4o", messages=question)
         latencies.append((time.perf_counter() - started) * 1000)
-json.dump(latencies[5:], open(sys.argv[1], "w"))
+with open(sys.argv[1], "w") as out:
+    json.dump(latencies[5:], out)
 """
 
 
@@ -146,16 +207,37 @@ def main() -> None:
     finally:
         upstream.close()
     rows = [
-        (f"fork at step {steps - 1} of {steps}: to first live request", f"{fork_s:.3f} s", 1.5, fork_s),
-        ("  of which start-up (forkpoint, then the agent's imports)", f"{startup_s:.3f} s", 1.5, startup_s),
+        (
+            f"fork at step {steps - 1} of {steps}: to first live request",
+            f"{fork_s:.3f} s",
+            1.5,
+            fork_s,
+        ),
+        (
+            "  of which start-up (forkpoint, then the agent's imports)",
+            f"{startup_s:.3f} s",
+            1.5,
+            startup_s,
+        ),
         ("  per replayed step", f"{per_step_s * 1000:.2f} ms", 5.0, per_step_s * 1000),
-        (f"resume, {steps} steps, 1 MB state: to first live request", f"{resume_s:.3f} s", 1.0, resume_s),
-        ("snapshot overhead, 100 kB state, p50 per LLM request",
-         f"{with_adapter - without:.2f} ms ({with_adapter:.2f} vs {without:.2f})", 3.0, with_adapter - without),
-    ]  # fmt: skip
+        (
+            f"resume, {steps} steps, 1 MB state: to first live request",
+            f"{resume_s:.3f} s",
+            1.0,
+            resume_s,
+        ),
+        (
+            "snapshot overhead, 100 kB state, p50 per LLM request",
+            f"{with_adapter - without:.2f} ms ({with_adapter:.2f} vs {without:.2f})",
+            3.0,
+            with_adapter - without,
+        ),
+    ]
     print(f"{'measure':58}  {'value':>30}  {'target':>8}  ok")
     for name, text, limit, value in rows:
-        print(f"{name:58}  {text:>30}  {'< ' + str(limit):>8}  {'PASS' if value < limit else 'FAIL'}")
+        print(
+            f"{name:58}  {text:>30}  {'< ' + str(limit):>8}  {'PASS' if value < limit else 'FAIL'}"
+        )
 
 
 if __name__ == "__main__":

@@ -245,4 +245,6 @@ def test_a_per_run_prompt_cache_key_does_not_break_replay():
     """The Agents SDK sends a random prompt_cache_key per run to api.openai.com."""
     source = recorded_run(chat("hi", prompt_cache_key="agents-sdk:run:1111"))
     again = chat("hi", prompt_cache_key="agents-sdk:run:2222")
-    assert isinstance(decide(replay_session(source), post("/v1/chat/completions", again), CONFIG), Serve)
+    assert isinstance(
+        decide(replay_session(source), post("/v1/chat/completions", again), CONFIG), Serve
+    )
