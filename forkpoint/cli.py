@@ -260,7 +260,7 @@ def serve(
     """Serve the proxy until interrupted, recording every run that comes through.
 
     Pick a run per request with a /r/RUN/ path prefix or an X-Forkpoint-Run header; through
-    --intercept, with HTTPS_PROXY=http://RUN@127.0.0.1:8766 or that header.
+    --intercept, with HTTPS_PROXY=http://RUN:@127.0.0.1:8766 or that header.
 
     Example: forkpoint serve --port 8765  then  OPENAI_BASE_URL=http://127.0.0.1:8765/v1
     """
@@ -433,8 +433,10 @@ def _register_commands() -> None:
     main.add_command(resume)
     main.add_command(snapshots)
     from forkpoint.compare.cli import diff
+    from forkpoint.compare.experiment_cli import experiment
 
     main.add_command(diff)
+    main.add_command(experiment)
     from forkpoint.ca_cli import ca
     from forkpoint.cassettes.cli import export_command, import_command
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from forkpoint.cli import (
     upstream_options,
 )
 from forkpoint.errors import ConfigError
+from forkpoint.proxy.changes import Change
 from forkpoint.proxy.engine import OnDivergence
 from forkpoint.proxy.intercept import InterceptOptions
 from forkpoint.proxy.pace import Pace
@@ -65,40 +68,75 @@ def _relative_mock(text: str, base: Path) -> str:
     return f"{route}=@{base / value[1:]}" if value.startswith("@") else text
 
 
+def change_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The change a fork applies and how it forks, for fork and experiment: --model,
+    --system-prompt, --patch, --mock, --spec, --restore and --on-divergence.
+
+    The command gets `change` (flags over the spec file), `on_divergence`, `restore`, and `spec`:
+    the spec file's keys, for the options it reads itself (at, name, route, label).
+    """
+    options = [
+        click.option("--model", help="Rewrite the model of every LLM request from the fork on."),
+        click.option("--system-prompt", metavar="TEXT|@FILE", help="Replace the system prompt."),
+        click.option(
+            "--patch", metavar="JSON|@FILE", help="A JSON patch (RFC 6902) for LLM requests."
+        ),
+        click.option(
+            "--mock",
+            "mocks",
+            multiple=True,
+            metavar="ROUTE=SPEC",
+            help="Mock tool calls: ROUTE is '[METHOD ]GLOB'; SPEC is @FILE, "
+            "package.module:function, recorded or live. Repeatable.",
+        ),
+        click.option(
+            "--spec",
+            "spec_path",
+            type=click.Path(dir_okay=False),
+            help="A TOML file with any of these options (flags override it).",
+        ),
+        click.option(
+            "--restore/--no-restore",
+            default=True,
+            show_default=True,
+            help="Give the agent its state snapshot nearest before the fork step (else it starts "
+            "fresh and its prefix replays).",
+        ),
+        click.option(
+            "--on-divergence",
+            type=click.Choice([p.value for p in OnDivergence]),
+            help="Before the fork step, a request the parent never made: fail, or fork there.",
+        ),
+    ]
+    for option in reversed(options):  # the first listed comes first in --help
+        command = option(command)
+
+    @functools.wraps(command)
+    @reports_errors
+    def wrapper(
+        *args: Any, model: str | None, system_prompt: str | None, patch: str | None,
+        mocks: tuple[str, ...], spec_path: str | None, on_divergence: str | None, **kwargs: Any,
+    ) -> Any:  # fmt: skip
+        spec = load_spec(spec_path) if spec_path else {}
+        change = api.make_change(
+            model=model or spec.get("model"),
+            upstream=spec.get("upstream"),
+            system_prompt=system_prompt if system_prompt is not None else spec.get("system_prompt"),
+            patch=patch if patch is not None else spec.get("patch"),
+            mocks=[*spec.get("mock", []), *mocks],
+        )
+        divergence = OnDivergence(on_divergence or spec.get("on_divergence", "fail"))
+        return command(*args, spec=spec, change=change, on_divergence=divergence, **kwargs)
+
+    return wrapper
+
+
 @click.command(context_settings={"ignore_unknown_options": True})
 @cassette_option
 @upstream_options
 @click.argument("run")
 @click.option("--at", type=int, help="Fork step: steps before it are replayed.")
-@click.option("--model", help="Rewrite the model of every LLM request from the fork on.")
-@click.option("--system-prompt", metavar="TEXT|@FILE", help="Replace the system prompt.")
-@click.option("--patch", metavar="JSON|@FILE", help="A JSON patch (RFC 6902) for LLM requests.")
-@click.option(
-    "--mock",
-    "mocks",
-    multiple=True,
-    metavar="ROUTE=SPEC",
-    help="Mock tool calls: ROUTE is '[METHOD ]GLOB'; SPEC is @FILE, "
-    "package.module:function, recorded or live. Repeatable.",
-)
-@click.option(
-    "--spec",
-    "spec_path",
-    type=click.Path(dir_okay=False),
-    help="A TOML file with any of these options (flags override it).",
-)
-@click.option(
-    "--restore/--no-restore",
-    default=True,
-    show_default=True,
-    help="Give the agent its state snapshot nearest before the fork step (else it starts "
-    "fresh and its prefix replays).",
-)
-@click.option(
-    "--on-divergence",
-    type=click.Choice([p.value for p in OnDivergence]),
-    help="Before the fork step, a request the parent never made: fail, or fork there.",
-)
+@change_options
 @click.option("--name", help="A name for the child run.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
 @click.option("--pace", default="fast", show_default=True, help="Replayed stream timing.")
@@ -113,12 +151,9 @@ def fork(
     routes: tuple[str, ...],
     run: str,
     at: int | None,
-    model: str | None,
-    system_prompt: str | None,
-    patch: str | None,
-    mocks: tuple[str, ...],
-    spec_path: str | None,
-    on_divergence: str | None,
+    spec: dict[str, Any],
+    change: Change,
+    on_divergence: OnDivergence,
     restore: bool,
     name: str | None,
     labels: tuple[str, ...],
@@ -136,17 +171,9 @@ def fork(
 
     Example: forkpoint fork ticket-1 --at 2 --model gpt-4o-mini -- python agent.py
     """
-    spec = load_spec(spec_path) if spec_path else {}
     step = at if at is not None else spec.get("at")
     if step is None:
         raise click.UsageError("give the fork step: --at N (or `at` in --spec)")
-    change = api.make_change(
-        model=model or spec.get("model"),
-        upstream=spec.get("upstream"),
-        system_prompt=system_prompt if system_prompt is not None else spec.get("system_prompt"),
-        patch=patch if patch is not None else spec.get("patch"),
-        mocks=[*spec.get("mock", []), *mocks],
-    )
     result = api.fork(
         run,
         cmd,
@@ -157,7 +184,7 @@ def fork(
         routes={**spec.get("route", {}), **parse_pairs(routes, "--route")},
         name=name or spec.get("name"),
         labels={**spec.get("label", {}), **parse_pairs(labels, "--label")},
-        on_divergence=OnDivergence(on_divergence or spec.get("on_divergence", "fail")),
+        on_divergence=on_divergence,
         restore=restore,
         pace=Pace.parse(pace),
         port=port,

@@ -1,0 +1,307 @@
+"""An experiment as JSON (stable, see docs/experiment-json.md) and as terminal tables (rich).
+
+The wording of the verdicts (`verdict_rows`) is shared with the HTML page, so the terminal, the
+page and the demo say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from forkpoint.cassettes.models import Run
+from forkpoint.compare.cost import PRICES, usd
+from forkpoint.compare.diff import SequencedCall, run_label
+from forkpoint.compare.experiment_check import CheckResult
+from forkpoint.compare.experiment_results import Branch, CheckTally, Experiment, Summary
+from forkpoint.compare.render import change_text, ms
+
+__all__ = [
+    "SCHEMA",
+    "check_text",
+    "experiment_json",
+    "experiment_renderable",
+    "headline",
+    "print_experiment",
+    "short_label",
+    "verdict_rows",
+]
+
+SCHEMA = "forkpoint.experiment/1"
+
+
+def experiment_json(experiment: Experiment) -> dict[str, Any]:
+    """The documented JSON form of an experiment (docs/experiment-json.md)."""
+    summary = experiment.summary
+    return {
+        "schema": SCHEMA,
+        "prices": PRICES,
+        "name": experiment.name,
+        "created_at": experiment.created_at,
+        "ended_at": experiment.ended_at,
+        "complete": experiment.ended_at is not None,
+        "spec": experiment.spec,
+        "summary": {
+            "runs": summary.runs,
+            "forked": summary.forked,
+            "failed": summary.failed,
+            "behaviour_changed": summary.behaviour_changed,
+            "answer_changed": summary.answer_changed,
+            "check": None
+            if summary.branch_check is None or summary.parent_check is None
+            else {
+                "function": experiment.spec.get("check"),
+                "branches": _tally_json(summary.branch_check),
+                "parents": _tally_json(summary.parent_check),
+                "regressed": summary.regressed,
+                "fixed": summary.fixed,
+            },
+            "cost_usd": {
+                "parents": float(summary.parent_cost),
+                "branches": float(summary.branch_cost),
+                "delta": float(summary.cost_delta),
+                "delta_median": _float(summary.cost_delta_median),
+                "unpriced": summary.unpriced,
+            },
+            "tokens": {
+                "parents": summary.parent_tokens,
+                "branches": summary.branch_tokens,
+                "delta": summary.token_delta,
+                "delta_median": summary.token_delta_median,
+            },
+        },
+        "runs": [_branch_json(b) for b in experiment.branches],
+    }
+
+
+def _branch_json(branch: Branch) -> dict[str, Any]:
+    source, run, diff = branch.source, branch.run, branch.diff
+    from_fork = None
+    if diff is not None and diff.a.from_fork and diff.b.from_fork and diff.from_fork_delta:
+        from_fork = {
+            "parent": diff.a.from_fork.to_json(),
+            "branch": diff.b.from_fork.to_json(),
+            "delta": {
+                "tokens": diff.from_fork_delta.tokens,
+                "cost_usd": _float(diff.from_fork_delta.cost_usd),
+            },
+        }
+    return {
+        "seq": branch.seq,
+        "source": {
+            "id": source.id,
+            "name": source.name,
+            "labels": source.labels,
+            "status": source.status,
+        },
+        "at": branch.at,
+        "branch": None
+        if run is None
+        else {"id": run.id, "name": run.name, "status": run.status, "exit_code": branch.exit_code},
+        "ok": branch.ok,
+        "error": branch.error,
+        "behaviour_changed": branch.behaviour_changed,
+        "answer_changed": branch.answer_changed,
+        "tool_calls": None
+        if diff is None
+        else {"parent": _calls(diff.a.tool_calls), "branch": _calls(diff.b.tool_calls)},
+        "answers": None if diff is None else {"parent": diff.a.answer, "branch": diff.b.answer},
+        "check": None if branch.check is None else branch.check.to_json(),
+        "parent_check": None if branch.parent_check is None else branch.parent_check.to_json(),
+        "from_fork": from_fork,
+    }
+
+
+def _calls(calls: tuple[SequencedCall, ...]) -> list[dict[str, Any]]:
+    return [{"step": c.step, "name": c.name, "arguments": c.arguments} for c in calls]
+
+
+def _tally_json(tally: CheckTally) -> dict[str, Any]:
+    return {
+        "passed": tally.passed,
+        "failed": tally.failed,
+        "errors": tally.errors,
+        "scored": len(tally.scores),
+        "median_score": tally.median_score,
+        "mean_score": tally.mean_score,
+    }
+
+
+def _float(amount: Decimal | None) -> float | None:
+    return None if amount is None else float(amount)
+
+
+# wording shared with the HTML page
+
+
+def headline(experiment: Experiment) -> str:
+    """`mini: 5 runs forked at first-llm with model=gpt-4o-mini, in 4.20 s`."""
+    spec = experiment.spec
+    change = change_text(spec.get("change") or {}) or "no change"
+    if experiment.ended_at is None:
+        took = "interrupted (or still running)"
+    else:
+        took = "in " + ms((experiment.ended_at - experiment.created_at) * 1000)
+    return (
+        f"{experiment.name}: {len(experiment.branches)} runs forked at {spec.get('at')} "
+        f"with {change}, {took}"
+    )
+
+
+def verdict_rows(experiment: Experiment) -> Iterator[tuple[str, str]]:
+    """(topic, sentence) rows: the answer a person acts on."""
+    s = experiment.summary
+    failed = f" ({s.failed} failed: listed below)" if s.failed else ""
+    yield "forked", f"{s.forked} of {s.runs} runs{failed}"
+    if not s.forked:
+        return
+    yield "behaviour", f"{s.behaviour_changed} of {s.forked} changed their tool calls"
+    yield "answers", f"{s.answer_changed} of {s.forked} changed their final answer"
+    if s.branch_check is not None and s.parent_check is not None:
+        ref = experiment.spec.get("check") or "check"
+        yield "check", _check_sentence(ref.rpartition(":")[2], s)
+    yield "cost", _cost_sentence(s)
+    median = (
+        "" if s.token_delta_median is None else f", median {s.token_delta_median:+,.0f} per run"
+    )
+    yield (
+        "tokens",
+        f"{s.parent_tokens:,} → {s.branch_tokens:,} ({s.token_delta:+,}{median})",
+    )
+
+
+def _check_sentence(ref: str, s: Summary) -> str:
+    assert s.branch_check is not None and s.parent_check is not None
+    branch, parent = s.branch_check, s.parent_check
+    if branch.scores:
+        return (
+            f"{ref}: median score {branch.median_score:.3g} "
+            f"(parents {_or_dash(parent.median_score)})" + _errors(branch)
+        )
+    moved = f"; {s.regressed} regressed, {s.fixed} fixed" if s.regressed or s.fixed else ""
+    return (
+        f"{ref}: passed {branch.passed} of {s.forked} (parents {parent.passed} of {s.forked})"
+        + moved
+        + _errors(branch)
+    )
+
+
+def _errors(tally: CheckTally) -> str:
+    return f", {tally.errors} raised or returned no verdict" if tally.errors else ""
+
+
+def _or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _cost_sentence(s: Summary) -> str:
+    if s.unpriced == s.forked:
+        return "unknown: no pair could be priced"
+    share = f", {s.cost_delta / s.parent_cost:+.1%}" if s.parent_cost else ""
+    median = (
+        ""
+        if s.cost_delta_median is None
+        else f", median {usd(s.cost_delta_median, signed=True)} per run"
+    )
+    unpriced = f"; {s.unpriced} unpriced left out" if s.unpriced else ""
+    return (
+        f"{usd(s.parent_cost)} → {usd(s.branch_cost)} from the fork step on "
+        f"({usd(s.cost_delta, signed=True)}{share}{median}){unpriced}"
+    )
+
+
+def short_label(run: Run) -> str:
+    """A run's name, else its id: the table has no room for both."""
+    return run.name or run.id
+
+
+def check_text(result: CheckResult | None) -> str:
+    if result is None:
+        return "-"
+    if result.error is not None:
+        return "error"
+    if result.score is not None:
+        return f"{result.score:.3g}"
+    return "pass" if result.passed else "FAIL"
+
+
+def _changed(value: bool | None) -> str:
+    return "-" if value is None else "≠" if value else "="
+
+
+# terminal
+
+
+def experiment_renderable(experiment: Experiment) -> RenderableType:
+    """Headline, one row per run, the verdicts, then why any fork failed."""
+    parts: list[RenderableType] = [
+        Text(headline(experiment), style="bold"),
+        _runs_table(experiment),
+    ]
+    verdicts = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
+    for topic, sentence in verdict_rows(experiment):
+        verdicts.add_row(Text(topic, style="bold"), sentence)
+    parts.append(verdicts)
+    failed = [b for b in experiment.branches if not b.ok]
+    if failed:
+        parts.append(Text("failed forks", style="italic"))
+        for branch in failed:
+            parts.append(
+                Text(f"{branch.seq + 1}  {run_label(branch.source)}: {branch.error}", style="red")
+            )
+    checks = " check: parent → branch;" if experiment.spec.get("check") else ""
+    notes = [
+        f"tools, answer: = same as the parent, ≠ changed;{checks} prices: {PRICES}",
+        f"each branch is named {experiment.name}/RUN; to compare one pair: "
+        f"forkpoint diff RUN {experiment.name}/RUN",
+    ]
+    parts.append(Text("\n".join(notes), style="dim"))
+    return Group(*parts)
+
+
+def _runs_table(experiment: Experiment) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    checked = experiment.spec.get("check") is not None
+    for name in ("#", "run", "at", "tools", "answer", *(["check"] if checked else [])):
+        table.add_column(name, justify="right" if name in ("#", "at") else "left")
+    for name in ("parent cost", "branch cost", "Δ cost", "Δ tokens"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for b in experiment.branches:
+        run = Text(short_label(b.source))
+        if not b.ok:
+            run.append(f" {b.run.status if b.run else 'not forked'}", style="red")
+        row: list[str | Text] = [
+            str(b.seq + 1),
+            run,
+            "-" if b.at is None else str(b.at),
+            _changed(b.behaviour_changed),
+            _changed(b.answer_changed),
+        ]
+        if checked:
+            row.append(f"{check_text(b.parent_check)} → {check_text(b.check)}")
+        row.extend(_cost_cells(b))
+        table.add_row(*row)
+    return table
+
+
+def _cost_cells(branch: Branch) -> list[str]:
+    parent, mine, diff = branch.parent_totals, branch.branch_totals, branch.diff
+    if parent is None or mine is None or diff is None or diff.from_fork_delta is None:
+        return ["-", "-", "-", "-"]
+    delta = diff.from_fork_delta
+    return [
+        usd(parent.cost_usd),
+        usd(mine.cost_usd),
+        usd(delta.cost_usd, signed=True),
+        f"{delta.tokens:+,}",
+    ]
+
+
+def print_experiment(experiment: Experiment, console: Console | None = None) -> None:
+    (console or Console()).print(experiment_renderable(experiment))
