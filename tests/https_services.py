@@ -73,9 +73,13 @@ class Service:
         context = ca.server_context([host])
         self._runner, self.url = self._thread.call(serve_https(app, context, host=host))
 
+    async def _stop(self) -> None:
+        await self._runner.cleanup()
+        await asyncio.sleep(0.01)  # a closed transport lets go of its socket a loop turn later
+
     def stop(self) -> None:
         if not self.loop.is_closed():
-            self._thread.call(self._runner.cleanup())
+            self._thread.call(self._stop())
             self._thread.close()
 
 
@@ -92,20 +96,30 @@ class EchoService:
 
     def __init__(self, host: str = HOST_A):
         self._thread = LoopThread("tcp-echo")
-        self._server = self._thread.call(self._start(host))
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._server = self._thread.call(asyncio.start_server(self._echo, host, 0))
         self.address: tuple[str, int] = self._server.sockets[0].getsockname()[:2]
 
-    @staticmethod
-    async def _start(host: str) -> asyncio.Server:
-        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _echo(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
             while line := await reader.readline():
                 writer.write(b"echo " + line)
                 await writer.drain()
+        finally:
             writer.close()
+            self._handlers.discard(task)
 
-        return await asyncio.start_server(echo, host, 0)
+    async def _stop(self) -> None:
+        self._server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await asyncio.sleep(0.01)
 
     def stop(self) -> None:
         if not self._thread.loop.is_closed():
-            self._server.close()
+            self._thread.call(self._stop())
             self._thread.close()

@@ -61,6 +61,9 @@ def _serve(state: AgentState) -> ThreadingHTTPServer:
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
+        # keep-alive: the proxy pulls at every step, over one connection and one thread
+        protocol_version = "HTTP/1.1"
+
         def do_GET(self) -> None:
             if self.path != "/state":
                 return self.send_error(404)

@@ -33,6 +33,9 @@ STOP_GRACE_S = 2.0
 
 
 class InterceptServer:
+    """The interceptor of one `Proxy`. One per process: mitmproxy keeps its master and options
+    in a module-level context."""
+
     def __init__(self, proxy: Proxy, options: InterceptOptions):
         self.options = options
         self.confdir = options.confdir or config_dir()
@@ -74,7 +77,8 @@ class InterceptServer:
 
     def env(self, run_id: str, base: Mapping[str, str] = os.environ) -> dict[str, str]:
         """The variables that intercept a command's HTTP(S) traffic as run `run_id`."""
-        proxy_url = self.url.replace("http://", f"http://{run_id}@", 1)
+        # `RUN:` with its empty password: requests drops a user name that has no password.
+        proxy_url = self.url.replace("http://", f"http://{run_id}:@", 1)
         ca = ca_cert(self.confdir)
         return client_env(proxy_url, client_bundle(self.confdir), ca, base)
 

@@ -25,6 +25,7 @@ import binascii
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import assert_never
 from urllib.parse import urlsplit
@@ -72,14 +73,34 @@ class _Forwarding:
     record: Exchange
     started: float
     pulls: list[asyncio.Task[None]]
+    submit: Callable[[Exchange], None]
     chunks: list[Chunk] = field(default_factory=list)
     streamed: bool = False
+    length: int | None = None  # the body's content-length, when it has one
+    received: int = 0
+    done: bool = False
 
     def tee(self, data: bytes) -> bytes:
         """mitmproxy's `response.stream` callable: each chunk is kept and passed on as is."""
         if data:  # b"" marks the end of the body
             self.chunks.append(Chunk(_ms_since(self.started), data))
+            self.received += len(data)
+            if self.received == self.length:
+                # The agent has the whole body once this goes out, before mitmproxy's response
+                # hook runs: the exchange is handed over first. (A chunked body's end marker
+                # goes out after the hook.)
+                self.finish()
         return data
+
+    def finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        record = self.record
+        record.duration_ms = _ms_since(self.started)
+        record.response_body = b"".join(c.data for c in self.chunks)
+        record.chunks = self.chunks if self.streamed else None
+        self.submit(record)
 
 
 class Interceptor:
@@ -107,11 +128,11 @@ class Interceptor:
 
     async def request(self, flow: http.HTTPFlow) -> None:
         headers = flow.request.headers
-        run_id = headers.get(RUN_HEADER) or proxy_user(headers) or self._runs.get(flow.client_conn)
         if headers.get("upgrade"):  # a websocket: not an exchange, so it is not recorded
             for name in (RUN_HEADER, "proxy-authorization"):
                 headers.pop(name, None)
             return
+        run_id = headers.get(RUN_HEADER) or proxy_user(headers) or self._runs.get(flow.client_conn)
         try:
             session = self.sessions.get(run_id)
         except ConfigError as error:
@@ -132,7 +153,9 @@ class Interceptor:
                     session.run.id, action.record.step, llm=action.llm
                 )
                 _rewrite(flow.request, action)
-                flow.metadata[_PENDING] = _Forwarding(action.record, time.perf_counter(), pulls)
+                started = time.perf_counter()
+                pending = _Forwarding(action.record, started, pulls, self.recorder.submit)
+                flow.metadata[_PENDING] = pending
             case Serve():
                 self._serve(flow, action)
             case Mock():
@@ -160,16 +183,18 @@ class Interceptor:
         record.status = flow.response.status_code
         record.response_headers = redact_headers(end_to_end(headers), self.config.redact_headers)
         pending.streamed = _is_stream(headers)
+        length = flow.response.headers.get("content-length", "")
+        pending.length = int(length) if length.isdigit() else None
         flow.response.stream = pending.tee
 
     def response(self, flow: http.HTTPFlow) -> None:
         pending = flow.metadata.pop(_PENDING, None)
         if pending is not None:
-            self._finish(pending)
+            pending.finish()
 
     def error(self, flow: http.HTTPFlow) -> None:
         pending = flow.metadata.pop(_PENDING, None)
-        if pending is None:
+        if pending is None or pending.done:  # a hang-up after the whole body: complete
             return
         message = flow.error.msg if flow.error else "unknown error"
         record = pending.record
@@ -179,7 +204,7 @@ class Interceptor:
             self.recorder.submit(record)
             return
         record.complete, record.error = False, message
-        self._finish(pending)
+        pending.finish()
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         log.warning("forkpoint: websocket %s passes through unrecorded", flow.request.url)
@@ -207,13 +232,6 @@ class Interceptor:
             record.chunks = [Chunk(record.ttfb_ms, c.data) for c in recorded.chunks]
         if action.keep:
             self.recorder.submit(record)
-
-    def _finish(self, pending: _Forwarding) -> None:
-        record = pending.record
-        record.duration_ms = _ms_since(pending.started)
-        record.response_body = b"".join(c.data for c in pending.chunks)
-        record.chunks = pending.chunks if pending.streamed else None
-        self.recorder.submit(record)
 
 
 def route_of(request: http.Request) -> tuple[str, Routes]:

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import json
 import logging
+import os
 import socket
 import ssl
 import time
@@ -17,12 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import certifi
 import pytest
 import requests
 
-from forkpoint.cassettes.models import Origin, RunStatus
+from forkpoint.cassettes.models import Exchange, Origin, RunStatus
+from forkpoint.cassettes.sqlite import SqliteStore
 from forkpoint.proxy import certs
 from forkpoint.proxy.changes import Change
 from forkpoint.proxy.intercept import InterceptOptions
@@ -30,7 +31,7 @@ from forkpoint.proxy.interceptor import proxy_user, route_of
 from forkpoint.proxy.mocks import parse_mock
 from forkpoint.proxy.server import Proxy, ProxyThread
 from forkpoint.testing.https import TestCA
-from tests.https_services import HOST_A, HOST_B, EchoService, Service, tool_app
+from tests.https_services import HOST_A, HOST_B, EchoService, LLMService, Service, tool_app
 
 StartProxy = Callable[..., Proxy]
 
@@ -81,7 +82,7 @@ def client(proxy: Proxy, confdir: Path, run: str | None = None, **session: Any) 
     assert proxy.interceptor is not None
     url = proxy.interceptor.url
     if run is not None:
-        url = url.replace("http://", f"http://{run}@")
+        url = url.replace("http://", f"http://{run}:@")
     opened = requests.Session()
     opened.trust_env = False
     opened.proxies = {"https": url, "http": url}
@@ -107,14 +108,13 @@ def test_each_intercepted_call_is_an_exchange_of_the_run(intercepting, services,
     with client(proxy, confdir) as http:
         seen = calls(http, tools.url)
         echoed = http.get(f"{tools.url}/v1/headers", headers={"X-Forkpoint-Run": run}).json()
-    proxy_thread_flush(proxy)
+    exchanges = recorded(proxy, store, run)
 
     assert seen[0] == {"tool": "tools", "q": "order A1", "n": 1}
     assert seen[2].count("data: ") == 3
     # forkpoint's own headers and the proxy credentials never reach the service
     assert "x-forkpoint-run" not in echoed and "proxy-authorization" not in echoed
     authority = tools.url.removeprefix("https://")
-    exchanges = store.exchanges(run)
     assert [(e.method, e.route) for e in exchanges] == [
         ("GET", f"/{authority}/v1/search?q=order+A1"),
         ("POST", f"/{authority}/v1/refund"),
@@ -147,10 +147,9 @@ def test_streams_reach_the_client_as_they_arrive(intercepting, services, confdir
         first = next(line for line in lines if line)
         tools.loop.call_soon_threadsafe(release.set)
         rest = [line for line in lines if line]
-    proxy_thread_flush(proxy)
     assert json.loads(first.removeprefix(b"data: "))["i"] == 0
     assert len(rest) == 2
-    assert store.exchanges(run)[0].complete
+    assert recorded(proxy, store, run)[0].complete
 
 
 def test_replay_serves_the_recorded_answers_offline(intercepting, services, confdir, store):
@@ -158,18 +157,17 @@ def test_replay_serves_the_recorded_answers_offline(intercepting, services, conf
     proxy = intercepting()
     recorded_run = proxy.sessions.start_record().run.id
     with client(proxy, confdir) as http:
-        recorded = calls(http, tools.url)
-    proxy_thread_flush(proxy)
+        answers = calls(http, tools.url)
+    assert len(recorded(proxy, store, recorded_run)) == 3
     tools.stop()
 
     replay = proxy.sessions.start_replay(recorded_run).run.id
     with client(proxy, confdir, replay) as http:
-        assert calls(http, tools.url) == recorded
+        assert calls(http, tools.url) == answers
         unknown = http.get(f"{tools.url}/v1/search", params={"q": "never asked"})
-    proxy_thread_flush(proxy)
     assert unknown.status_code == 400
-    assert "matches no recorded exchange" in unknown.text or "diverge" in unknown.text.lower()
-    exchanges = store.exchanges(replay)
+    assert "forkpoint divergence" in unknown.text
+    exchanges = recorded(proxy, store, replay)
     assert [e.origin for e in exchanges] == [Origin.REPLAYED] * 3 + [Origin.DIVERGED]
     assert exchanges[2].chunks is not None
 
@@ -181,7 +179,7 @@ def test_a_fork_mocks_one_tool_host(intercepting, services, confdir, store, tmp_
     with client(proxy, confdir) as http:
         http.get(f"{search.url}/v1/search", params={"q": "x"})
         http.post(f"{refunds.url}/v1/refund", json={"order": "A1"})
-    proxy_thread_flush(proxy)
+    assert len(recorded(proxy, store, parent)) == 2
 
     (tmp_path / "search.json").write_text('{"tool": "mocked search"}')
     mock = parse_mock(f"{HOST_A}:*=@search.json", base_dir=tmp_path)
@@ -189,10 +187,36 @@ def test_a_fork_mocks_one_tool_host(intercepting, services, confdir, store, tmp_
     with client(proxy, confdir, child) as http:
         mocked = http.get(f"{search.url}/v1/search", params={"q": "x"}).json()
         live = http.post(f"{refunds.url}/v1/refund", json={"order": "A1"}).json()
-    proxy_thread_flush(proxy)
     assert mocked == {"tool": "mocked search"}
     assert live == {"tool": "refunds", "refunded": "A1", "n": 2}
-    assert [e.origin for e in store.exchanges(child)] == [Origin.MOCKED, Origin.LIVE]
+    assert [e.origin for e in recorded(proxy, store, child)] == [Origin.MOCKED, Origin.LIVE]
+
+
+def test_a_fork_sends_intercepted_llm_calls_to_its_model_and_upstream(
+    intercepting, ca, confdir, store
+):
+    first, second = LLMService(ca, HOST_A), LLMService(ca, HOST_B)
+    chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        proxy = intercepting()
+        parent = proxy.sessions.start_record().run.id
+        with client(proxy, confdir) as http:
+            http.post(f"{first.url}/v1/chat/completions", json=chat)
+        assert len(recorded(proxy, store, parent)) == 1
+        change = Change(model="gpt-4o-mini", upstream=second.url)
+        child = proxy.sessions.start_fork(parent, at=0, change=change).run.id
+        with client(proxy, confdir, child) as http:
+            answer = http.post(f"{first.url}/v1/chat/completions", json=chat).json()
+    finally:
+        first.stop()
+        second.stop()
+    assert answer["model"].startswith("gpt-4o-mini")
+    assert (first.upstream.request_count, second.upstream.request_count) == (1, 1)
+    (exchange,) = recorded(proxy, store, child)
+    assert exchange.upstream == f"{second.url}/v1/chat/completions"
+    assert exchange.summary is not None and exchange.summary.kind == "llm"
+    # the run keeps what the agent sent; the upstream got it with the change applied
+    assert json.loads(exchange.request_body)["model"] == "gpt-4o"
 
 
 def test_runs_are_told_apart_by_proxy_user_or_run_header(intercepting, services, confdir, store):
@@ -202,9 +226,8 @@ def test_runs_are_told_apart_by_proxy_user_or_run_header(intercepting, services,
         http.get(f"{tools.url}/v1/search", params={"q": "a"})
     with client(proxy, confdir) as http:
         http.get(f"{tools.url}/v1/search", params={"q": "b"}, headers={"X-Forkpoint-Run": "run-by-header"})  # fmt: skip
-    proxy_thread_flush(proxy)
-    assert [e.route.rsplit("=", 1)[1] for e in store.exchanges("run-by-user")] == ["a"]
-    assert [e.route.rsplit("=", 1)[1] for e in store.exchanges("run-by-header")] == ["b"]
+    assert [e.route[-1] for e in recorded(proxy, store, "run-by-user")] == ["a"]
+    assert [e.route[-1] for e in recorded(proxy, store, "run-by-header")] == ["b"]
 
 
 def test_a_bad_upstream_certificate_is_an_error_not_a_success(intercepting, services, confdir, store):  # fmt: skip
@@ -213,9 +236,8 @@ def test_a_bad_upstream_certificate_is_an_error_not_a_success(intercepting, serv
     run = proxy.sessions.start_record().run.id
     with client(proxy, confdir) as http:
         response = http.get(f"{tools.url}/v1/search", params={"q": "x"})
-    proxy_thread_flush(proxy)
     assert response.status_code == 502
-    (exchange,) = store.exchanges(run)
+    (exchange,) = recorded(proxy, store, run)
     assert exchange.status == 502 and not exchange.complete
     assert exchange.error is not None and "certificate" in exchange.error.lower()
 
@@ -235,9 +257,8 @@ def test_an_upstream_that_is_down_is_recorded_as_a_failure(intercepting, service
     run = proxy.sessions.start_record().run.id
     with client(proxy, confdir) as http:
         response = http.get(f"{tools.url}/v1/search", params={"q": "x"})
-    proxy_thread_flush(proxy)
     assert response.status_code == 502
-    (exchange,) = store.exchanges(run)
+    (exchange,) = recorded(proxy, store, run)
     assert exchange.status == 502 and not exchange.complete and exchange.error
 
 
@@ -253,8 +274,7 @@ def test_a_client_that_does_not_trust_the_ca_fails_and_nothing_is_recorded(
         pytest.raises(requests.exceptions.SSLError, match="CERTIFICATE_VERIFY_FAILED"),
     ):
         http.get(f"{tools.url}/v1/search", params={"q": "x"})
-    proxy_thread_flush(proxy)
-    assert store.exchanges(run) == []
+    assert nothing_recorded(proxy, store, run)
     wait_for(lambda: "does not trust forkpoint's CA" in caplog.text)
 
 
@@ -262,21 +282,26 @@ def test_websockets_pass_through_unrecorded(intercepting, services, confdir, sto
     tools = services()
     proxy = intercepting()
     run = proxy.sessions.start_record().run.id
-    assert proxy.interceptor is not None
+    host, port = tools.url.removeprefix("https://").split(":")
     context = ssl.create_default_context(cafile=certs.ca_cert(confdir))
-
-    async def talk() -> str:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.ws_connect(f"{tools.url}/ws", proxy=proxy.interceptor.url, ssl=context) as ws,
-        ):
-            await ws.send_str("hi")
-            return (await ws.receive()).data  # type: ignore[no-any-return]
-
-    with caplog.at_level(logging.WARNING, logger="forkpoint.proxy.interceptor"):
-        assert asyncio.run(talk()) == "echo hi"
-    proxy_thread_flush(proxy)
-    assert store.exchanges(run) == []
+    with (
+        caplog.at_level(logging.WARNING, logger="forkpoint.proxy.interceptor"),
+        context.wrap_socket(tunnel(proxy, host, int(port)), server_hostname=host) as tls,
+    ):
+        key = base64.b64encode(os.urandom(16)).decode()
+        tls.sendall(
+            f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        assert read_until(tls, b"\r\n\r\n").startswith(b"HTTP/1.1 101")
+        mask = os.urandom(4)  # a client's frames are masked: a text frame saying "hi"
+        tls.sendall(
+            bytes([0x81, 0x82]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(b"hi"))
+        )
+        _, length = read_exact(tls, 2)
+        assert read_exact(tls, length) == b"echo hi"
+    assert nothing_recorded(proxy, store, run)
     assert "websocket" in caplog.text and "passes through unrecorded" in caplog.text
 
 
@@ -284,24 +309,16 @@ def test_non_http_traffic_passes_through_unrecorded(intercepting, confdir, store
     echo = EchoService()
     proxy = intercepting()
     run = proxy.sessions.start_record().run.id
-    assert proxy.interceptor is not None
-    host, port = echo.address
     try:
         with (
             caplog.at_level(logging.WARNING, logger="forkpoint.proxy.interceptor"),
-            socket.create_connection(proxy_address(proxy)) as raw,
+            tunnel(proxy, *echo.address) as raw,
         ):
-            raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-            stream = raw.makefile("rb")
-            assert b" 200 " in stream.readline()
-            while stream.readline() not in (b"\r\n", b""):
-                pass
-            raw.sendall(b"HELO forkpoint\n")
-            assert stream.readline() == b"echo HELO forkpoint\n"
+            raw.sendall(b"\x00\x01 not http\n")
+            assert read_until(raw, b"\n") == b"echo \x00\x01 not http\n"
     finally:
         echo.stop()
-    proxy_thread_flush(proxy)
-    assert store.exchanges(run) == []
+    assert nothing_recorded(proxy, store, run)
     wait_for(lambda: "non-HTTP traffic" in caplog.text)
 
 
@@ -380,15 +397,44 @@ def test_config_dir_follows_xdg():
 # Helpers
 
 
-def proxy_thread_flush(proxy: Proxy) -> None:
-    """Wait until every exchange the proxy has completed is in the cassette."""
-    wait_for(lambda: proxy.recorder.flush(5.0))
+def recorded(proxy: Proxy, store: SqliteStore, run: str) -> list[Exchange]:
+    """The run's exchanges, with no waiting: each is handed to the recorder before its client
+    has the whole answer."""
+    proxy.recorder.flush()
+    return store.exchanges(run)
 
 
-def proxy_address(proxy: Proxy) -> tuple[str, int]:
+def nothing_recorded(proxy: Proxy, store: SqliteStore, run: str) -> bool:
+    time.sleep(0.1)  # what a hook would record by now
+    proxy.recorder.flush()
+    return store.exchanges(run) == []
+
+
+def tunnel(proxy: Proxy, host: str, port: int) -> socket.socket:
+    """A socket through the interceptor to host:port, as a client has after CONNECT."""
     assert proxy.interceptor is not None
-    host, _, port = proxy.interceptor.url.removeprefix("http://").rpartition(":")
-    return host, int(port)
+    address, _, proxy_port = proxy.interceptor.url.removeprefix("http://").rpartition(":")
+    raw = socket.create_connection((address, int(proxy_port)), timeout=5)
+    raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    assert read_until(raw, b"\r\n\r\n").startswith(b"HTTP/1.1 200")
+    return raw
+
+
+def read_until(sock: socket.socket, marker: bytes) -> bytes:
+    """Byte by byte, so nothing after `marker` is taken from the socket."""
+    data = b""
+    while not data.endswith(marker):
+        data += read_exact(sock, 1)
+    return data
+
+
+def read_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        piece = sock.recv(size - len(data))
+        assert piece, "connection closed"
+        data += piece
+    return data
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
