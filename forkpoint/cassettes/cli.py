@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from forkpoint import api
 from forkpoint.cassettes.transfer import FORMATS, export_run, import_file
-from forkpoint.errors import ForkpointError
-
-_CASSETTE = click.option(
-    "--cassette",
-    envvar="FORKPOINT_CASSETTE",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Cassette file [default: .forkpoint/forkpoint.db; env FORKPOINT_CASSETTE].",
-)
-
-
-@contextmanager
-def _reported() -> Iterator[None]:
-    """A ForkpointError becomes one line on stderr and exit code 2, as in every command."""
-    try:
-        yield
-    except ForkpointError as error:
-        click.echo(f"forkpoint: {error}", err=True)
-        sys.exit(2)
+from forkpoint.cli import cassette_option, reports_errors
 
 
 @click.command("export")
-@_CASSETTE
+@cassette_option
 @click.argument("run")
 @click.option(
     "--format", "fmt", type=click.Choice(list(FORMATS)), default="vcr", show_default=True,
@@ -42,6 +21,7 @@ def _reported() -> Iterator[None]:
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False), help="File to write [default: stdout]."
 )
+@reports_errors
 def export_command(cassette: str | None, run: str, fmt: str, output: str | None) -> None:
     """Write RUN (id, id prefix or name) to a file: a test cassette, JSON lines or a HAR.
 
@@ -49,18 +29,17 @@ def export_command(cassette: str | None, run: str, fmt: str, output: str | None)
 
     Example: forkpoint export ticket-1 -o tests/cassettes/test_agent/test_ticket.yaml
     """
-    with _reported():
-        content = export_run(run, fmt=fmt, cassette=api.cassette_path(cassette))
-        if output is None:
-            click.echo(content, nl=False)
-            return
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(content, encoding="utf-8")
-        click.echo(f"forkpoint: wrote {output}", err=True)
+    content = export_run(run, fmt=fmt, cassette=api.cassette_path(cassette))
+    if output is None:
+        click.echo(content, nl=False)
+        return
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_text(content, encoding="utf-8")
+    click.echo(f"forkpoint: wrote {output}", err=True)
 
 
 @click.command("import")
-@_CASSETTE
+@cassette_option
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--name", help="A name for the imported run [default: the file's].")
 @click.option(
@@ -72,6 +51,7 @@ def export_command(cassette: str | None, run: str, fmt: str, output: str | None)
     help="Requests to URL replay under /NAME/ (repeatable). Built in: "
     "anthropic=https://api.anthropic.com.",
 )  # fmt: skip
+@reports_errors
 def import_command(
     cassette: str | None, file: str, name: str | None, fmt: str, routes: tuple[str, ...]
 ) -> None:
@@ -88,13 +68,12 @@ def import_command(
         if not sep or not key:
             raise click.BadParameter(f"{pair!r} is not NAME=URL", param_hint="--route")
         pairs[key] = value
-    with _reported():
-        run, steps = import_file(
-            file,
-            cassette=api.cassette_path(cassette),
-            fmt=None if fmt == "auto" else fmt,
-            name=name,
-            routes=pairs,
-        )
+    run, steps = import_file(
+        file,
+        cassette=api.cassette_path(cassette),
+        fmt=None if fmt == "auto" else fmt,
+        name=name,
+        routes=pairs,
+    )
     click.echo(f"forkpoint: imported run {run.id} ({run.name}), {steps} steps", err=True)
     click.echo(run.id)
