@@ -151,7 +151,7 @@ class Sessions:
         except RunNotFound:
             return self.start_record(run_id=run_id, default=False)
         # A run recorded before this proxy started: go on appending to it.
-        session = Session(existing, next_step=_step_count(self._store, run_id))
+        session = Session(existing, next_step=self._store.step_count(run_id))
         self._sessions[run_id] = session
         return session
 
@@ -166,10 +166,6 @@ class Sessions:
             self._store.finish_run(
                 session.run.id, final, error=error, fork_step=session.run.fork_step
             )
-
-
-def _step_count(store: Store, run_id: str) -> int:
-    return store.step_count(run_id)
 
 
 def _by_adapter(snapshots: list[Snapshot]) -> dict[str, Snapshot]:
