@@ -18,7 +18,6 @@ import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
-from urllib.parse import urlsplit
 
 from forkpoint.cassettes.models import Exchange, Headers, Mode, Origin, Run, RunStatus, Snapshot
 from forkpoint.errors import ConfigError
@@ -263,7 +262,7 @@ def _live(
     rule = first_match(change.mocks, request.method, request.route, url)
     if rule is not None and rule.kind is not MockKind.LIVE:
         return _mock(session, rule, request, record, config)
-    dialect = dialect_for(request.method, urlsplit(request.route).path)
+    dialect = dialect_for(request.method, request.route.partition("?")[0])
     body, headers = request.body, passed
     if dialect is not GENERIC:
         if change.upstream:
@@ -342,7 +341,7 @@ def _diverge(session: Session, request: Request, record: Exchange, config: Engin
 
 
 def _fail(record: Exchange, status: int, message: str, error_type: str) -> Fail:
-    dialect = dialect_for(record.method, urlsplit(record.route).path)
+    dialect = dialect_for(record.method, record.route.partition("?")[0])
     # The dialect's error carries `x-should-retry: false`: a divergence never heals by retrying.
     headers, body = dialect.error_response(status, message, error_type=error_type)
     record.origin = Origin.DIVERGED if error_type == "forkpoint_divergence" else Origin.LIVE

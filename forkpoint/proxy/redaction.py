@@ -44,6 +44,8 @@ def redact_headers(headers: Headers, names: frozenset[str] = CREDENTIAL_HEADERS)
 
 
 def redact_route(route: str, names: frozenset[str] = CREDENTIAL_QUERY) -> str:
+    if "?" not in route:
+        return route
     parts = urlsplit(route)
     if not parts.query:
         return route

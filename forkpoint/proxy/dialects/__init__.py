@@ -7,6 +7,7 @@ SDK raises them. The model APIs are tried in order; `generic` takes everything e
 
 from __future__ import annotations
 
+import functools
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -60,6 +61,7 @@ GENERIC: Dialect = Generic()
 DIALECTS: tuple[Dialect, ...] = (OpenAIChat(), OpenAIResponses(), AnthropicMessages())
 
 
+@functools.lru_cache(maxsize=4096)  # an agent calls a handful of endpoints, over and over
 def dialect_for(method: str, path: str) -> Dialect:
     """The first model-API dialect that claims the request, else `GENERIC`."""
     return next((d for d in DIALECTS if d.claims(method, path)), GENERIC)
