@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import signal
 
 from forkpoint.api import engine_config
 from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.loop_thread import until_stopped
 from forkpoint.proxy.server import Proxy
 
 
@@ -29,10 +29,7 @@ async def serve(mode: str, cassette: str, upstream: str | None, run: str) -> Non
         else:
             proxy.sessions.start_replay(run)
         print(await proxy.start(), flush=True)
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await until_stopped()
         await proxy.stop()
     finally:
         store.close()

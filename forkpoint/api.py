@@ -19,6 +19,7 @@ from forkpoint.adapters.workspace import WorkspaceAdapter
 from forkpoint.cassettes.models import Exchange, Mode, Run, RunStatus, Snapshot
 from forkpoint.cassettes.sqlite import DEFAULT_PATH, SqliteStore
 from forkpoint.errors import ConfigError
+from forkpoint.loop_thread import until_stopped
 from forkpoint.proxy.changes import Change, load_patch
 from forkpoint.proxy.engine import DEFAULT_MAX_BODY, EngineConfig, OnDivergence, Routes, Session
 from forkpoint.proxy.intercept import InterceptOptions
@@ -331,11 +332,7 @@ async def _serve(cassette, host, port, config, replay_run, pace, intercept) -> N
                 f"{env['HTTPS_PROXY']}, SSL_CERT_FILE={env['SSL_CERT_FILE']})",
                 flush=True,
             )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await until_stopped()
         await proxy.stop(RunStatus.FINISHED)
     finally:
         store.close()

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 
 from examples.support_agent.script import support_script
+from forkpoint.loop_thread import until_stopped
 from forkpoint.testing.upstream import ScriptedUpstream
 
 
@@ -23,11 +23,8 @@ async def serve(port: int, host: str = "127.0.0.1") -> None:
     upstream = ScriptedUpstream(support_script, chunk_delay=0.01)
     url = await upstream.start(host, port)
     print(f"fake LLM serving on {url}  (OPENAI_BASE_URL={url}/v1)", flush=True)
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_stopped()
     finally:
         await upstream.close()
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import signal
 from typing import Any
 
 from aiohttp import web
+
+from forkpoint.loop_thread import until_stopped
 
 DEFAULT_PORT = 8790
 REFUND_WINDOW_DAYS = 30
@@ -124,11 +125,8 @@ async def serve(port: int, host: str = "127.0.0.1") -> None:
     await web.TCPSite(runner, host, port).start()
     bound_host, bound_port = runner.addresses[0][:2]
     print(f"support tools serving on http://{bound_host}:{bound_port}", flush=True)
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_stopped()
     finally:
         await runner.cleanup()
 
