@@ -72,10 +72,9 @@ class Child:
         raise AssertionError  # unreachable: fail raises
 
     def cpu(self) -> float:
-        """CPU seconds (user + system, all threads) the child has used so far."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = stat.rpartition(")")[2].split()  # the command name may hold spaces
-        return (int(fields[11]) + int(fields[12])) * _TICK
+        """CPU seconds (user + system, all threads) the child and the processes it started
+        (forkpoint's cassette writer) have used so far."""
+        return sum(_cpu_seconds(pid) for pid in _process_tree(self.pid))
 
     async def settle(self, *, window: float = 0.05, limit: float = 15.0) -> float:
         """Wait until the child has gone idle (a recorder has drained); its CPU seconds then."""
@@ -159,6 +158,33 @@ class OtherLoad:
         """CPUs kept busy by everything else, on average; call after the children are reaped."""
         others = (_busy_seconds() - self._busy) - (_own_seconds() - self._own)
         return max(others, 0.0) / (time.monotonic() - self._started)
+
+
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        fields = _stat_fields(stat)
+        if fields:
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, i = [pid], 0
+    while i < len(tree):
+        tree += parents.get(tree[i], [])
+        i += 1
+    return tree
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return (int(fields[11]) + int(fields[12])) * _TICK if fields else 0.0
+
+
+def _stat_fields(stat: Path) -> list[str]:
+    """The fields after the command name (which may hold spaces); [] once the process is gone."""
+    try:
+        return stat.read_text().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
 
 
 def _busy_seconds() -> float:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 COLUMNS = ("direct", "minimal", "mitmdump", "record", "replay")
 # Above this, the cores are oversubscribed and req/s favours a proxy with more threads (CFS
-# shares CPU per thread): forkpoint's recorder thread then buys it CPU the minimal proxy lacks.
+# shares CPU per thread): forkpoint's writer process then buys it CPU the minimal proxy lacks.
 BUSY_CPUS = 0.3
 BUSY = ": too busy for req/s ratios to hold; compare the CPU rows."
 

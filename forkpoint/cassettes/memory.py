@@ -18,7 +18,7 @@ from forkpoint.errors import CassetteError, ConfigError, RunNotFound
 
 
 class MemoryStore:
-    """A `Store` in dictionaries; safe to share between the event loop and the recorder thread."""
+    """A `Store` in dictionaries; safe to share between the event loop and a recorder's thread."""
 
     def __init__(self, label: str = "memory") -> None:
         self.label = label  # names the store in messages, as a path does for SqliteStore

@@ -69,10 +69,13 @@ class BoundedSet:
 
 
 DEFAULT_PATH = Path(".forkpoint/forkpoint.db")
+# Blobs at least this large are looked up before being compressed (bytes).
+ASK_FIRST = 64 * 1024
 
 
 class SqliteStore:
-    """A `Store` on one SQLite file, safe to share between the event loop and a writer thread."""
+    """A `Store` on one SQLite file, safe to share between threads; other processes (the cassette
+    writer, `forkpoint show` while a run records) open the same file alongside."""
 
     def __init__(self, path: str | Path, *, create: bool = True, busy_timeout_ms: int = 5000):
         self.path = Path(path)
@@ -267,13 +270,21 @@ class SqliteStore:
             hashes.append(digest)
             if digest in self._known_blobs:
                 continue
-            if conn.execute("SELECT 1 FROM blobs WHERE hash=?", (digest,)).fetchone() is None:
+            # Not known here is nearly always new: compressing the odd small one stored
+            # already (by another process, or before this one started) costs less than asking
+            # first; a large one (a workspace file kept from the last snapshot) is worth asking.
+            if len(segment) < ASK_FIRST or not self._stored(conn, digest):
                 codec, data = blobs.compress(segment)
                 conn.execute(
-                    "INSERT INTO blobs VALUES (?,?,?,?)", (digest, len(segment), codec, data)
+                    "INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)",
+                    (digest, len(segment), codec, data),
                 )
             self._known_blobs.add(digest)
         return orjson.dumps(hashes).decode()
+
+    @staticmethod
+    def _stored(conn: sqlite3.Connection, digest: str) -> bool:
+        return conn.execute("SELECT 1 FROM blobs WHERE hash=?", (digest,)).fetchone() is not None
 
     def _get_body(self, manifest: str) -> bytes:
         hashes = orjson.loads(manifest)

@@ -28,7 +28,7 @@ class UndecodableBody(ValueError):
 
 def decode_headers(raw: Iterable[tuple[bytes, bytes]]) -> Headers:
     """Raw header pairs as sent on the wire (order and duplicates kept), as text."""
-    return tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in raw)
+    return tuple([(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw])
 
 
 def header(headers: Headers, name: str) -> str | None:

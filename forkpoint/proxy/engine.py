@@ -213,11 +213,13 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
     step = session.next_step
     session.next_step += 1
     route = redact_route(request.route, config.redact_query)
-    # Matching needs the fingerprint now; a live request's is left to the recorder's thread.
+    # Matching needs the fingerprint now; a live request's is left to the recorder.
     key = (
         ""
         if session.live and not session.change.mocks
-        else fingerprint_of(request.method, route, request.body, request.headers, config.match)
+        else matching.fingerprint_of(
+            request.method, route, request.body, request.headers, config.match
+        )
     )
     # What the next hop gets; recorded too, with credentials masked (host and length are the
     # proxy's own, not the agent's).
@@ -242,12 +244,6 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
         else:
             return _diverge(session, request, record, config)
     return _live(session, request, passed, record, config)
-
-
-def fingerprint_of(
-    method: str, route: str, body: bytes, headers: Headers, match: MatchConfig
-) -> str:
-    return matching.fingerprint(method, route, body, header(headers, "content-encoding"), match)
 
 
 def _replayed_copy(session: Session, exchange: Exchange) -> Exchange:

@@ -15,7 +15,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 
-from forkpoint.proxy.encoding import UndecodableBody, decode_body
+from forkpoint.cassettes.models import Headers
+from forkpoint.proxy.encoding import UndecodableBody, decode_body, header
 
 # (method, route, parsed JSON body) -> the body to fingerprint
 Normalizer = Callable[[str, str, Any], Any]
@@ -75,6 +76,13 @@ def fingerprint(
         value = normalized_body(method, route, value, config)
         digest.update(b"json:" + orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()
+
+
+def fingerprint_of(
+    method: str, route: str, body: bytes, headers: Headers, config: MatchConfig
+) -> str:
+    """The fingerprint of a request as it came in, whatever its body's Content-Encoding."""
+    return fingerprint(method, route, body, header(headers, "content-encoding"), config)
 
 
 def _drop(value: Any, path: list[str]) -> Any:

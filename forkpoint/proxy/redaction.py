@@ -40,7 +40,7 @@ HOP_BY_HOP = frozenset(
 
 
 def redact_headers(headers: Headers, names: frozenset[str] = CREDENTIAL_HEADERS) -> Headers:
-    return tuple((k, REDACTED if k.lower() in names else v) for k, v in headers)
+    return tuple([(k, REDACTED) if k.lower() in names else (k, v) for k, v in headers])
 
 
 def redact_route(route: str, names: frozenset[str] = CREDENTIAL_QUERY) -> str:
@@ -59,11 +59,13 @@ def redact_route(route: str, names: frozenset[str] = CREDENTIAL_QUERY) -> str:
 def end_to_end(headers: Headers, *, drop: frozenset[str] = frozenset()) -> Headers:
     """The headers to pass on to the next hop: hop-by-hop ones (and those that `Connection`
     names) removed, plus any in `drop`."""
-    named = {
-        token.strip().lower()
-        for k, v in headers
-        if k.lower() == "connection"
-        for token in v.split(",")
-    }
-    skip = HOP_BY_HOP | named | drop
-    return tuple((k, v) for k, v in headers if k.lower() not in skip)
+    names = [k.lower() for k, _ in headers]
+    skip = HOP_BY_HOP | drop
+    if "connection" in names:
+        skip |= {
+            token.strip().lower()
+            for name, (_, v) in zip(names, headers, strict=True)
+            if name == "connection"
+            for token in v.split(",")
+        }
+    return tuple([pair for name, pair in zip(names, headers, strict=True) if name not in skip])

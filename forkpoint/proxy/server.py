@@ -6,7 +6,6 @@ synchronous callers such as tests and the pytest plugin.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,7 +18,7 @@ from forkpoint.proxy.engine import DEFAULT_MAX_BODY, EngineConfig
 from forkpoint.proxy.gateway import Gateway
 from forkpoint.proxy.intercept import InterceptOptions, require_mitmproxy
 from forkpoint.proxy.pace import Pace
-from forkpoint.proxy.recorder import Recorder
+from forkpoint.proxy.recorder_process import recorder_for
 from forkpoint.proxy.sessions import Sessions
 from forkpoint.proxy.snapshots import SnapshotPolicy, Snapshotter
 from forkpoint.proxy.upstream import AiohttpSender, Sender
@@ -48,7 +47,7 @@ class Proxy:
         self.store = store
         self.config = config
         self.sessions = Sessions(store, config)
-        self.recorder = Recorder(store, match=config.match)
+        self.recorder = recorder_for(store, config.match)
         self.snapshotter = Snapshotter(snapshot_policy, self.recorder.submit)
         self._own_sender = sender is None
         self.sender: Sender = sender or AiohttpSender(read_timeout=read_timeout)
@@ -73,6 +72,7 @@ class Proxy:
         self.url = ""
 
     async def start(self) -> str:
+        await self.recorder.start()
         self._runner = web.AppRunner(self.gateway.app, access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port, reuse_address=True)
@@ -96,8 +96,7 @@ class Proxy:
         await self.gateway.control.close()
         if self._own_sender and isinstance(self.sender, AiohttpSender):
             await self.sender.close()
-        await asyncio.to_thread(self.recorder.flush, None)
-        self.recorder.close()
+        await self.recorder.stop()
         self.sessions.finish(status, error=error)
 
 

@@ -1,62 +1,226 @@
-"""The recorder thread against a real store: batching, retries, one bad exchange."""
+"""Both recorders against a real cassette: batching, retries, one bad exchange; and for the
+writer process, what happens when it dies, when the proxy dies, and on Ctrl-C."""
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
-from forkpoint.cassettes.models import Exchange, Run
+import pytest
+
+from forkpoint.cassettes.memory import MemoryStore
+from forkpoint.cassettes.models import Exchange, Run, Snapshot
 from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.proxy.recorder import Recorder
+from forkpoint.loop_thread import LoopThread
+from forkpoint.proxy.matching import MatchConfig, fingerprint_of
+from forkpoint.proxy.recorder import Recorder, ThreadRecorder
+from forkpoint.proxy.recorder_process import ProcessRecorder, recorder_for
 
 
-def exchange(run_id: str, step: int) -> Exchange:
+def exchange(run_id: str, step: int, model: str = "gpt-4o") -> Exchange:
     return Exchange(
         run_id=run_id,
         step=step,
         method="POST",
         route="/v1/chat/completions",
         request_headers=(),
-        request_body=b'{"model": "gpt-4o"}',
-        fingerprint="f",
+        request_body=b'{"model": "%s", "user": "u-%d"}' % (model.encode(), step),
+        fingerprint="",
         status=200,
-        response_body=b'{"model": "gpt-4o", "choices": []}',
+        response_body=b'{"model": "%s", "choices": []}' % model.encode(),
     )
 
 
-def test_exchanges_are_summarized_and_committed(store: SqliteStore):
+def drop_user(method: str, route: str, body: Any) -> Any:
+    """A normalizer the writer process must import by name."""
+    return {k: v for k, v in body.items() if k != "user"}
+
+
+class Running:
+    """A recorder started on a loop thread; `submit` runs on that loop, as the gateway's does."""
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+        self._thread = LoopThread("recorder-test")
+        self._thread.call(recorder.start())
+
+    def submit(self, *items: Exchange | Snapshot) -> None:
+        async def submit_all() -> None:
+            for item in items:
+                self.recorder.submit(item)
+
+        self._thread.call(submit_all())
+
+    def flush(self, timeout: float) -> bool:
+        return self.recorder.flush(timeout)
+
+    def stop(self) -> None:
+        if self._thread.loop.is_closed():
+            return
+        self._thread.call(self.recorder.stop())
+        self._thread.close()
+
+
+MAKERS: dict[str, Callable[..., Recorder]] = {
+    "thread": lambda store, **kw: ThreadRecorder(store, **kw),
+    "process": lambda store, **kw: ProcessRecorder(store, **kw),
+}
+
+
+@pytest.fixture(params=sorted(MAKERS))
+def start(request: pytest.FixtureRequest) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(store: SqliteStore, **options: Any) -> Running:
+        running = Running(MAKERS[request.param](store, **options))
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+@pytest.fixture
+def start_process() -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(store: SqliteStore, **options: Any) -> Running:
+        running = Running(ProcessRecorder(store, **options))
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+def test_exchanges_and_snapshots_are_summarized_fingerprinted_and_committed(store, start):
     store.create_run(Run("r1"))
-    recorder = Recorder(store)
-    for step in range(20):
-        recorder.submit(exchange("r1", step))
-    assert recorder.flush(10)
-    recorder.close()
+    running = start(store, match=MatchConfig(normalizers=(drop_user,)))
+    running.submit(*(exchange("r1", step) for step in range(20)))
+    running.submit(Snapshot("r1", 19, "agent", "application/json", b'{"turn": 20}'))
+    assert running.flush(10)
     loaded = store.exchanges("r1")
     assert [e.step for e in loaded] == list(range(20))
     assert loaded[0].summary is not None and loaded[0].summary.model == "gpt-4o"
+    # the normalizer ran where the fingerprint was computed: all 20 differ only by "user"
+    expected = fingerprint_of("POST", "/v1/chat/completions", b'{"model": "gpt-4o"}', (),
+                              MatchConfig())  # fmt: skip
+    assert {e.fingerprint for e in loaded} == {expected}
+    assert [s.data for s in store.latest_snapshots("r1")] == [b'{"turn": 20}']
 
 
-def test_a_bad_exchange_does_not_lose_the_others_of_its_batch(store: SqliteStore):
+def test_a_bad_exchange_does_not_lose_the_others_of_its_batch(store, start):
     store.create_run(Run("r1"))
-    recorder = Recorder(store)
+    running = start(store)
     # step 1 twice: the second violates the primary key and can never be written
-    for item in (exchange("r1", 0), exchange("r1", 1), exchange("r1", 1), exchange("r1", 2)):
-        recorder.submit(item)
-    assert recorder.flush(30)
-    recorder.close()
+    running.submit(exchange("r1", 0), exchange("r1", 1), exchange("r1", 1), exchange("r1", 2))
+    assert running.flush(30)
     assert [e.step for e in store.exchanges("r1")] == [0, 1, 2]
 
 
-def test_a_write_blocked_by_a_lock_is_retried_until_it_lands(cassette):
+def test_a_write_blocked_by_a_lock_is_retried_until_it_lands(cassette, start):
     store = SqliteStore(cassette, busy_timeout_ms=50)
     store.create_run(Run("r1"))
     locker = sqlite3.connect(cassette)
     locker.execute("BEGIN EXCLUSIVE")
-    recorder = Recorder(store)
-    recorder.submit(exchange("r1", 0))
-    assert not recorder.flush(0.3)  # still locked
+    running = start(store)
+    running.submit(exchange("r1", 0))
+    assert not running.flush(0.3)  # still locked
     locker.rollback()
     locker.close()
-    assert recorder.flush(10)
-    recorder.close()
+    assert running.flush(10)
     assert len(store.exchanges("r1")) == 1
+    running.stop()
     store.close()
+
+
+def test_a_killed_writer_process_loses_nothing(cassette, start_process, caplog):
+    store = SqliteStore(cassette)
+    store.create_run(Run("r1"))
+    locker = sqlite3.connect(cassette)
+    locker.execute("BEGIN EXCLUSIVE")  # the child reads these and cannot commit them
+    running = start_process(store)
+    recorder = running.recorder
+    assert isinstance(recorder, ProcessRecorder) and recorder.child_pid is not None
+    running.submit(*(exchange("r1", step) for step in range(5)))
+    assert not running.flush(0.3)
+    with caplog.at_level(logging.WARNING):
+        os.kill(recorder.child_pid, signal.SIGKILL)
+        locker.rollback()
+        locker.close()
+        assert running.flush(10)  # written from this process instead
+    running.submit(*(exchange("r1", step) for step in range(5, 8)))
+    assert running.flush(10)
+    assert [e.step for e in store.exchanges("r1")] == list(range(8))
+    assert "writer process exited with status -9" in caplog.text
+    running.stop()
+    store.close()
+
+
+def test_ctrl_c_leaves_the_writer_process_writing(store, start_process):
+    store.create_run(Run("r1"))
+    running = start_process(store)
+    running.submit(exchange("r1", 0))
+    assert running.flush(10)  # the child is up and has its signal handling in place
+    os.kill(running.recorder.child_pid, signal.SIGINT)
+    running.submit(exchange("r1", 1))
+    assert running.flush(10)
+    assert [e.step for e in store.exchanges("r1")] == [0, 1]
+    assert running.recorder.child_pid is not None  # still the child, no fallback
+
+
+def test_what_a_dying_proxy_handed_over_is_still_committed(cassette: Path):
+    """The proxy's process is killed right after handing exchanges over: the writer process
+    reads to the end of its input and commits them."""
+    SqliteStore(cassette).create_run(Run("r1"))
+    script = textwrap.dedent(f"""
+        import asyncio, os
+        from forkpoint.cassettes.sqlite import SqliteStore
+        from forkpoint.proxy.recorder_process import ProcessRecorder
+        from tests.proxy.test_recorder import exchange
+
+        async def main():
+            recorder = ProcessRecorder(SqliteStore({str(cassette)!r}))
+            await recorder.start()
+            for step in range(50):
+                recorder.submit(exchange("r1", step))
+            await asyncio.sleep(0.1)  # the batch goes down the pipe (within LINGER)
+            os.kill(os.getpid(), 9)
+
+        asyncio.run(main())
+    """)
+    root = Path(__file__).resolve().parents[2]
+    killed = subprocess.run([sys.executable, "-c", script], cwd=root, timeout=60)
+    assert killed.returncode == -9
+    store = SqliteStore(cassette)
+    deadline = time.monotonic() + 10  # the orphaned writer finishes in its own time
+    while store.step_count("r1") < 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [e.step for e in store.exchanges("r1")] == list(range(50))
+    store.close()
+
+
+def test_a_cassette_file_gets_a_writer_process_anything_else_a_thread(store):
+    assert isinstance(recorder_for(store, MatchConfig()), ProcessRecorder)
+    def in_main(method: str, route: str, body: Any) -> Any:
+        return body
+
+    in_main.__module__ = "__main__"  # as if defined in the agent's script: not importable
+    for thread in (
+        recorder_for(MemoryStore(), MatchConfig()),
+        recorder_for(store, MatchConfig(normalizers=(lambda method, route, body: body,))),
+        recorder_for(store, MatchConfig(normalizers=(in_main,))),
+    ):
+        assert isinstance(thread, ThreadRecorder)
+        thread.close()
