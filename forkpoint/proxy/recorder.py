@@ -1,8 +1,8 @@
 """Recorders take completed exchanges and snapshots from the event loop and commit them off it.
 
 The event loop only hands items over; a `CassetteWriter` does the work elsewhere. Here is the
-contract and the in-process recorder (a thread); `recorder_process` has the one that writes
-from a child process, which a proxy recording into an SQLite file uses.
+contract and the in-process recorder (a thread); `recorder_process` has the ones that write
+from a child process, which a proxy recording into an SQLite file moves to under load.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ HEADER = struct.Struct("!Q")
 # most. Waiting risks nothing: until acknowledged, the proxy keeps every item it sent.
 COMMIT_EVERY = 0.02
 MAX_BATCH = 256
+NICENESS = 10
 
 
 def frame(payload: bytes) -> bytes:
@@ -77,6 +78,8 @@ def main() -> None:
     # Ctrl-C reaches the whole process group: the proxy decides when writing ends, by closing
     # this process's input.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Writing is background work: when the CPUs are short, the proxy's live traffic goes first.
+    os.nice(NICENESS)
     logging.basicConfig(format="%(message)s", level=logging.WARNING)
     frames = FrameReader(sys.stdin.fileno())
     setup = frames.next()

@@ -1,12 +1,12 @@
-"""A recorder that commits from a child process, so the proxy's process keeps its CPU for traffic.
+"""Recorders that commit from a child process, so the proxy's process keeps its CPU for traffic.
 
 Writing an exchange (summarizing, fingerprinting, hashing, compressing, committing) costs about
 as much CPU as proxying it, and a writer thread also takes the GIL from the event loop: with
-one, a proxy under load served a quarter fewer requests. Here the event loop pickles what
-completed during one loop pass and writes it to the child's stdin in one frame
-(`recorder_child`); the child acknowledges each committed batch. Items stay in memory until
-acknowledged: if the child dies, a writer thread in this process commits them and every later
-one, so nothing handed over is lost.
+one, a proxy under load served a quarter fewer requests. `ProcessRecorder` has the event loop
+pickle what completed (at most one frame per LINGER) to a child (`recorder_child`) that commits
+and acknowledges. Items stay in memory until acknowledged: if the child dies, a writer thread
+in this process commits them and every later one, so nothing handed over is lost.
+`AdaptiveRecorder`, what a proxy on a cassette file uses, starts one only under load.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import logging
 import pickle
 import subprocess
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,9 @@ from forkpoint.proxy.recorder_child import HEADER, frame
 
 log = logging.getLogger(__name__)
 
+# Exchanges a second from which a proxy writes from a child process.
+PROMOTE_AT = 100
+
 _PACKAGE_ROOT = str(Path(forkpoint.__file__).resolve().parent.parent)
 _CHILD = (
     f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
@@ -38,10 +42,11 @@ _CHILD = (
 
 
 def recorder_for(store: Store, match: MatchConfig) -> Recorder:
-    """A writer process for a cassette file; a thread for anything else, or when the match
-    settings cannot reach another process (a lambda among the normalizers)."""
+    """For a cassette file, a recorder that moves to a writer process under load; a thread for
+    anything else, or when the match settings cannot reach another process (a lambda among
+    the normalizers)."""
     if isinstance(store, SqliteStore) and _portable(match):
-        return ProcessRecorder(store, match)
+        return AdaptiveRecorder(store, match)
     return ThreadRecorder(store, match=match)
 
 
@@ -56,14 +61,72 @@ def _portable(match: MatchConfig) -> bool:
     return True
 
 
-class ProcessRecorder:
+class AdaptiveRecorder:
+    """Writes on a thread until traffic passes PROMOTE_AT exchanges a second, then starts a
+    writer process and hands it everything after.
+
+    An agent talking to a real model sends a few requests a second: a thread costs it nothing
+    noticeable, and a process would cost a Python start per run (an experiment forks dozens).
+    A gateway under load gets the process, and the thread finishes what it already took.
+    """
+
     def __init__(self, store: SqliteStore, match: MatchConfig = MatchConfig()):
         self._store = store
         self._match = match
-        self._setup = pickle.dumps((str(store.path), sys.path, pickle.dumps(match)))
         self._progress = Progress()
+        self._thread = ThreadRecorder(store, match=match, progress=self._progress)
+        self.process: ProcessRecorder | None = None  # once promoted
+        self._starting: asyncio.Task[None] | None = None
+        self._window = (0.0, 0)  # when the current count began, and the count
+
+    def submit(self, item: Item) -> None:
+        if self.process is not None:
+            self.process.submit(item)
+            return
+        self._thread.submit(item)
+        began, count = self._window
+        count += 1
+        if count >= PROMOTE_AT:
+            now = time.monotonic()
+            if now - began <= 1.0:
+                self._promote()
+            began, count = now, 0
+        self._window = began, count
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        return self._progress.wait(timeout)
+
+    async def start(self) -> None:
+        self._window = (time.monotonic(), 0)
+
+    async def stop(self) -> None:
+        if self.process is not None:
+            assert self._starting is not None
+            await self._starting
+            await self.process.stop()
+        await self._thread.stop()
+
+    def _promote(self) -> None:
+        self.process = ProcessRecorder(self._store, self._match, progress=self._progress)
+        self._starting = asyncio.get_running_loop().create_task(self.process.start())
+
+
+class ProcessRecorder:
+    """Writes from a child process (see the module's docstring)."""
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        match: MatchConfig = MatchConfig(),
+        *,
+        progress: Progress | None = None,
+    ):
+        self._store = store
+        self._match = match
+        self._setup = pickle.dumps((str(store.path), sys.path, pickle.dumps(match)))
+        self._progress = progress or Progress()
         self._unacked: deque[Item] = deque()  # handed to the child, not yet committed
-        self._batch: list[Item] = []  # submitted in this loop pass
+        self._batch: list[Item] = []  # not sent yet
         self._loop: asyncio.AbstractEventLoop | None = None
         self._child: _Child | None = None
         self._fallback: ThreadRecorder | None = None
@@ -115,8 +178,10 @@ class ProcessRecorder:
             await self._fallback.stop()
 
     def _send_batch(self) -> None:
+        if self._child is None:
+            return  # still starting: `start` sends what is here
         batch, self._batch = self._batch, []
-        if batch and self._child is not None and self._fallback is None:
+        if batch and self._fallback is None:
             self._sent_at = self._loop.time() if self._loop else 0.0
             self._child.send(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
 

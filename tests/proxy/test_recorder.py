@@ -3,6 +3,7 @@ writer process, what happens when it dies, when the proxy dies, and on Ctrl-C.""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -23,7 +24,12 @@ from forkpoint.cassettes.sqlite import SqliteStore
 from forkpoint.loop_thread import LoopThread
 from forkpoint.proxy.matching import MatchConfig, fingerprint_of
 from forkpoint.proxy.recorder import Recorder, ThreadRecorder
-from forkpoint.proxy.recorder_process import ProcessRecorder, recorder_for
+from forkpoint.proxy.recorder_process import (
+    PROMOTE_AT,
+    AdaptiveRecorder,
+    ProcessRecorder,
+    recorder_for,
+)
 
 
 def exchange(run_id: str, step: int, model: str = "gpt-4o") -> Exchange:
@@ -73,6 +79,7 @@ class Running:
 MAKERS: dict[str, Callable[..., Recorder]] = {
     "thread": lambda store, **kw: ThreadRecorder(store, **kw),
     "process": lambda store, **kw: ProcessRecorder(store, **kw),
+    "adaptive": lambda store, **kw: AdaptiveRecorder(store, **kw),
 }
 
 
@@ -94,8 +101,8 @@ def start(request: pytest.FixtureRequest) -> Iterator[Callable[..., Running]]:
 def start_process() -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
 
-    def start(store: SqliteStore, **options: Any) -> Running:
-        running = Running(ProcessRecorder(store, **options))
+    def start(store: SqliteStore, kind: type = ProcessRecorder, **options: Any) -> Running:
+        running = Running(kind(store, **options))
         started.append(running)
         return running
 
@@ -168,6 +175,15 @@ def test_a_killed_writer_process_loses_nothing(cassette, start_process, caplog):
     store.close()
 
 
+def test_the_writer_process_yields_the_cpu_to_the_proxy(store, start_process):
+    running = start_process(store)
+    pid = running.recorder.child_pid
+    deadline = time.monotonic() + 10  # it lowers its priority first thing
+    while os.getpriority(os.PRIO_PROCESS, pid) <= os.nice(0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert os.getpriority(os.PRIO_PROCESS, pid) > os.nice(0)
+
+
 def test_ctrl_c_leaves_the_writer_process_writing(store, start_process):
     store.create_run(Run("r1"))
     running = start_process(store)
@@ -211,8 +227,28 @@ def test_what_a_dying_proxy_handed_over_is_still_committed(cassette: Path):
     store.close()
 
 
+def test_a_burst_of_traffic_moves_writing_to_a_process_and_loses_nothing(store, start_process):
+    store.create_run(Run("r1"))
+    running = start_process(store, kind=AdaptiveRecorder)
+    recorder = running.recorder
+    assert isinstance(recorder, AdaptiveRecorder)
+    running.submit(*(exchange("r1", step) for step in range(5)))
+    assert running.flush(10)
+    assert recorder.process is None  # a trickle stays on the thread
+    burst = range(5, 5 + PROMOTE_AT)
+    running.submit(*(exchange("r1", step) for step in burst))  # well within a second
+    assert recorder.process is not None
+    running.submit(*(exchange("r1", step) for step in range(5 + PROMOTE_AT, 10 + PROMOTE_AT)))
+    assert running.flush(10)
+    assert recorder.process.child_pid is not None
+    assert [e.step for e in store.exchanges("r1")] == list(range(10 + PROMOTE_AT))
+
+
 def test_a_cassette_file_gets_a_writer_process_anything_else_a_thread(store):
-    assert isinstance(recorder_for(store, MatchConfig()), ProcessRecorder)
+    adaptive = recorder_for(store, MatchConfig())
+    assert isinstance(adaptive, AdaptiveRecorder)
+    asyncio.run(adaptive.stop())
+
     def in_main(method: str, route: str, body: Any) -> Any:
         return body
 
@@ -223,4 +259,4 @@ def test_a_cassette_file_gets_a_writer_process_anything_else_a_thread(store):
         recorder_for(store, MatchConfig(normalizers=(in_main,))),
     ):
         assert isinstance(thread, ThreadRecorder)
-        thread.close()
+        asyncio.run(thread.stop())
