@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -14,11 +16,13 @@ from forkpoint.cassettes.models import RunStatus
 from forkpoint.cassettes.sqlite import SqliteStore
 
 
-def start_serve(cassette: Path, upstream_url: str) -> tuple[subprocess.Popen[str], str]:
+def start_serve(
+    cassette: Path, upstream_url: str, *, own_group: bool = False
+) -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "forkpoint", "serve", "--port", "0", "--upstream", upstream_url,
          "--cassette", str(cassette)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True, start_new_session=own_group,
     )  # fmt: skip
     assert process.stdout is not None
     line = process.stdout.readline()
@@ -26,8 +30,11 @@ def start_serve(cassette: Path, upstream_url: str) -> tuple[subprocess.Popen[str
     return process, line.split()[3]
 
 
-def stop(process: subprocess.Popen[str], sig: int = signal.SIGINT) -> int:
-    process.send_signal(sig)
+def stop(process: subprocess.Popen[str], sig: int = signal.SIGINT, *, group: bool = False) -> int:
+    if group:  # as Ctrl-C in a terminal does: the proxy and the processes it started
+        os.killpg(process.pid, sig)
+    else:
+        process.send_signal(sig)
     try:
         return process.wait(10)
     finally:
@@ -97,4 +104,60 @@ def test_a_killed_proxy_leaves_a_cassette_with_every_completed_exchange(upstream
         stop(process)
     store = SqliteStore(cassette)
     assert [e.step for e in store.exchanges("crashy")] == list(range(6))
+    store.close()
+
+
+async def burst(url: str, run: str, count: int) -> None:
+    """`count` requests, 32 at a time: enough traffic for the proxy to move its writing to a
+    writer process."""
+    async with openai.AsyncOpenAI(
+        base_url=f"{url}/v1", api_key="k", max_retries=0, default_headers={"X-Forkpoint-Run": run}
+    ) as client:
+        slots = asyncio.Semaphore(32)
+
+        async def one(index: int) -> None:
+            async with slots:
+                await client.chat.completions.create(
+                    model="gpt-4o", messages=[{"role": "user", "content": f"q{index}"}]
+                )
+
+        await asyncio.gather(*(one(index) for index in range(count)))
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_ctrl_c_under_load_commits_everything_the_writer_process_took(upstream, tmp_path):
+    cassette = tmp_path / "busy.db"
+    process, url = start_serve(cassette, upstream.url, own_group=True)
+    try:
+        asyncio.run(burst(url, "busy", 400))
+        assert children_of(process.pid), "no writer process under load"
+    finally:
+        assert stop(process, group=True) == 0
+    store = SqliteStore(cassette)
+    assert store.get_run("busy").status is RunStatus.FINISHED
+    assert [e.step for e in store.exchanges("busy", bodies=False)] == list(range(400))
+    store.close()
+
+
+def test_a_proxy_killed_under_load_leaves_its_writer_to_commit_what_it_took(upstream, tmp_path):
+    cassette = tmp_path / "busy-killed.db"
+    process, url = start_serve(cassette, upstream.url)
+    asyncio.run(burst(url, "busy", 400))
+    writers = children_of(process.pid)
+    assert writers, "no writer process under load"
+    stop(process, signal.SIGKILL)
+    wait_for_rows(cassette, 400)  # the orphaned writer finishes on its own
+    store = SqliteStore(cassette)
+    assert [e.step for e in store.exchanges("busy", bodies=False)] == list(range(400))
     store.close()
