@@ -14,7 +14,6 @@ import time
 from typing import assert_never
 
 from aiohttp import web
-from multidict import CIMultiDict
 
 from forkpoint.cassettes.models import Chunk, Exchange, Headers
 from forkpoint.errors import ConfigError, UpstreamError
@@ -97,9 +96,7 @@ class Gateway:
                 return await self._mock(request, action, pulls)
             case Fail():
                 self.recorder.submit(action.record)
-                return web.Response(
-                    status=action.status, headers=CIMultiDict(action.headers), body=action.body
-                )
+                return web.Response(status=action.status, headers=action.headers, body=action.body)
             case _:
                 assert_never(action)
 
@@ -120,7 +117,7 @@ class Gateway:
         record.status = upstream.status
         passed = end_to_end(upstream.headers)
         record.response_headers = redact_headers(passed, self.config.redact_headers)
-        response = web.StreamResponse(status=upstream.status, headers=CIMultiDict(passed))
+        response = web.StreamResponse(status=upstream.status, headers=passed)
         streamed = _is_stream(upstream.headers)
         chunks: list[Chunk] = []
         received_all = submitted = False
@@ -163,13 +160,13 @@ class Gateway:
         )
         record.duration_ms = _ms_since(started)
         self.recorder.submit(record)
-        return web.Response(status=status, headers=CIMultiDict(headers), body=body)
+        return web.Response(status=status, headers=headers, body=body)
 
     async def _serve(self, request: web.Request, action: Serve) -> web.StreamResponse:
         recorded, record = action.recorded, action.record
         started = time.perf_counter()
         headers = take_recorded(record, recorded)
-        response = web.StreamResponse(status=recorded.status or 502, headers=CIMultiDict(headers))
+        response = web.StreamResponse(status=recorded.status or 502, headers=headers)
         sent_all = False
         submitted = not action.keep  # a resume's own steps are on record already
 
@@ -211,7 +208,7 @@ class Gateway:
         if pulls:
             await asyncio.gather(*pulls)
         self.recorder.submit(action.record)
-        return web.Response(status=status, headers=CIMultiDict(headers), body=body)
+        return web.Response(status=status, headers=headers, body=body)
 
     async def _wait_for(self, offset_ms: float, started: float) -> None:
         if self.pace.factor is None:
