@@ -76,39 +76,34 @@ class Running:
         self._thread.close()
 
 
-MAKERS: dict[str, Callable[..., Recorder]] = {
-    "thread": lambda store, **kw: ThreadRecorder(store, **kw),
-    "process": lambda store, **kw: ProcessRecorder(store, **kw),
-    "adaptive": lambda store, **kw: AdaptiveRecorder(store, **kw),
+KINDS: dict[str, Callable[..., Recorder]] = {
+    "thread": ThreadRecorder,
+    "process": ProcessRecorder,
+    "adaptive": AdaptiveRecorder,
 }
 
 
-@pytest.fixture(params=sorted(MAKERS))
-def start(request: pytest.FixtureRequest) -> Iterator[Callable[..., Running]]:
-    started: list[Running] = []
-
-    def start(store: SqliteStore, **options: Any) -> Running:
-        running = Running(MAKERS[request.param](store, **options))
-        started.append(running)
-        return running
-
-    yield start
-    for running in started:
-        running.stop()
-
-
 @pytest.fixture
-def start_process() -> Iterator[Callable[..., Running]]:
+def run() -> Iterator[Callable[[Recorder], Running]]:
+    """Start a recorder on a loop thread; every one is stopped after the test."""
     started: list[Running] = []
 
-    def start(store: SqliteStore, kind: type = ProcessRecorder, **options: Any) -> Running:
-        running = Running(kind(store, **options))
+    def run(recorder: Recorder) -> Running:
+        running = Running(recorder)
         started.append(running)
         return running
 
-    yield start
+    yield run
     for running in started:
         running.stop()
+
+
+@pytest.fixture(params=sorted(KINDS))
+def start(
+    request: pytest.FixtureRequest, run: Callable[[Recorder], Running]
+) -> Callable[..., Running]:
+    """Each kind of recorder in turn: `start(store, **options)`."""
+    return lambda store, **options: run(KINDS[request.param](store, **options))
 
 
 def test_exchanges_and_snapshots_are_summarized_fingerprinted_and_committed(store, start):
@@ -152,12 +147,12 @@ def test_a_write_blocked_by_a_lock_is_retried_until_it_lands(cassette, start):
     store.close()
 
 
-def test_a_killed_writer_process_loses_nothing(cassette, start_process, caplog):
+def test_a_killed_writer_process_loses_nothing(cassette, run, caplog):
     store = SqliteStore(cassette)
     store.create_run(Run("r1"))
     locker = sqlite3.connect(cassette)
     locker.execute("BEGIN EXCLUSIVE")  # the child reads these and cannot commit them
-    running = start_process(store)
+    running = run(ProcessRecorder(store))
     recorder = running.recorder
     assert isinstance(recorder, ProcessRecorder) and recorder.child_pid is not None
     running.submit(*(exchange("r1", step) for step in range(5)))
@@ -175,8 +170,8 @@ def test_a_killed_writer_process_loses_nothing(cassette, start_process, caplog):
     store.close()
 
 
-def test_the_writer_process_yields_the_cpu_to_the_proxy(store, start_process):
-    running = start_process(store)
+def test_the_writer_process_yields_the_cpu_to_the_proxy(store, run):
+    running = run(ProcessRecorder(store))
     pid = running.recorder.child_pid
     deadline = time.monotonic() + 10  # it lowers its priority first thing
     while os.getpriority(os.PRIO_PROCESS, pid) <= os.nice(0) and time.monotonic() < deadline:
@@ -184,9 +179,9 @@ def test_the_writer_process_yields_the_cpu_to_the_proxy(store, start_process):
     assert os.getpriority(os.PRIO_PROCESS, pid) > os.nice(0)
 
 
-def test_ctrl_c_leaves_the_writer_process_writing(store, start_process):
+def test_ctrl_c_leaves_the_writer_process_writing(store, run):
     store.create_run(Run("r1"))
-    running = start_process(store)
+    running = run(ProcessRecorder(store))
     running.submit(exchange("r1", 0))
     assert running.flush(10)  # the child is up and has its signal handling in place
     os.kill(running.recorder.child_pid, signal.SIGINT)
@@ -227,9 +222,9 @@ def test_what_a_dying_proxy_handed_over_is_still_committed(cassette: Path):
     store.close()
 
 
-def test_a_burst_of_traffic_moves_writing_to_a_process_and_loses_nothing(store, start_process):
+def test_a_burst_of_traffic_moves_writing_to_a_process_and_loses_nothing(store, run):
     store.create_run(Run("r1"))
-    running = start_process(store, kind=AdaptiveRecorder)
+    running = run(AdaptiveRecorder(store))
     recorder = running.recorder
     assert isinstance(recorder, AdaptiveRecorder)
     running.submit(*(exchange("r1", step) for step in range(5)))
