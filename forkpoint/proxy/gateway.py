@@ -20,7 +20,7 @@ from forkpoint.errors import ConfigError, UpstreamError
 from forkpoint.proxy.control import PREFIX as CONTROL_PREFIX
 from forkpoint.proxy.control import Control
 from forkpoint.proxy.dialects import dialect_for
-from forkpoint.proxy.encoding import decode_headers
+from forkpoint.proxy.encoding import decode_headers, header
 from forkpoint.proxy.engine import (
     DEFAULT_MAX_BODY,
     RUN_HEADER,
@@ -271,14 +271,8 @@ def split_run(raw_path: str, run_header: str | None) -> tuple[str | None, str]:
 
 
 def _is_stream(headers: Headers) -> bool:
-    """An event stream, or a body of no declared length."""
-    sized = False
-    for key, value in headers:
-        name = key.lower()
-        if name == "content-type" and value.startswith("text/event-stream"):
-            return True
-        sized = sized or name == "content-length"
-    return not sized
+    content_type = header(headers, "content-type") or ""
+    return content_type.startswith("text/event-stream") or header(headers, "content-length") is None
 
 
 def _abort(request: web.Request) -> None:
