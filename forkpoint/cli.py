@@ -30,6 +30,13 @@ def cassette_option(command: Callable[..., Any]) -> Callable[..., Any]:
     )(command)
 
 
+def port_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The port of the proxy a command starts for its CMD."""
+    return click.option("--port", default=0, help="Port for the proxy [default: a free one].")(
+        command
+    )
+
+
 def upstream_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option(
         "--route",
@@ -137,7 +144,7 @@ def main() -> None:
 @upstream_options
 @click.option("--name", help="A name to find the run by later.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
-@click.option("--port", default=0, help="Port for the proxy [default: a free one].")
+@port_option
 @click.option("--read-timeout", default=600.0, show_default=True, help="Upstream stall limit, s.")
 @click.option(
     "--max-body",
@@ -206,7 +213,7 @@ def record(
     help="A request the recording lacks: fail, or fork there and go on live.",
 )
 @upstream_options
-@click.option("--port", default=0, help="Port for the proxy [default: a free one].")
+@port_option
 @intercept_options()
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors

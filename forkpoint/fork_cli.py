@@ -16,6 +16,7 @@ from forkpoint.cli import (
     cassette_option,
     intercept_options,
     parse_pairs,
+    port_option,
     reports_errors,
     snapshot_options,
     upstream_options,
@@ -140,7 +141,7 @@ def change_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--name", help="A name for the child run.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
 @click.option("--pace", default="fast", show_default=True, help="Replayed stream timing.")
-@click.option("--port", default=0, help="Port for the proxy [default: a free one].")
+@port_option
 @snapshot_options
 @intercept_options()
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)

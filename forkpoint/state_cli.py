@@ -11,6 +11,7 @@ from forkpoint.cli import (
     cassette_option,
     intercept_options,
     parse_pairs,
+    port_option,
     reports_errors,
     snapshot_options,
     upstream_options,
@@ -23,7 +24,7 @@ from forkpoint.proxy.snapshots import SnapshotPolicy
 @cassette_option
 @upstream_options
 @click.argument("run")
-@click.option("--port", default=0, help="Port for the proxy [default: a free one].")
+@port_option
 @snapshot_options
 @intercept_options()
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
