@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import zlib
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import brotli
 
@@ -66,17 +67,32 @@ def _truncated(coding: str, partial: bool) -> None:
         raise UndecodableBody(f"{coding} body ends before its end marker (truncated)")
 
 
-def _gzip(data: bytes, partial: bool) -> bytes:
-    # A gzip body may hold several members back to back; each gets its own decompressor.
+class _Decompressor(Protocol):
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes) -> bytes: ...
+
+
+def _members(coding: str, new: Callable[[], _Decompressor], data: bytes, partial: bool) -> bytes:
+    """A body of members (gzip) or frames (zstd) back to back, each decoded by a decompressor
+    of its own."""
     out: list[bytes] = []
     while data:
-        member = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+        member = new()
         out.append(member.decompress(data))
         if not member.eof:
-            _truncated("gzip", partial)
+            _truncated(coding, partial)
             break
         data = member.unused_data
     return b"".join(out)
+
+
+def _gzip(data: bytes, partial: bool) -> bytes:
+    return _members("gzip", lambda: zlib.decompressobj(wbits=zlib.MAX_WBITS | 16), data, partial)
 
 
 def _deflate(data: bytes, partial: bool) -> bytes:
@@ -103,16 +119,7 @@ def _brotli(data: bytes, partial: bool) -> bytes:
 
 
 def _zstd(data: bytes, partial: bool) -> bytes:
-    # Like gzip, a zstd body may be several frames back to back.
-    out: list[bytes] = []
-    while data:
-        frame = zstd.ZstdDecompressor()
-        out.append(frame.decompress(data))
-        if not frame.eof:
-            _truncated("zstd", partial)
-            break
-        data = frame.unused_data
-    return b"".join(out)
+    return _members("zstd", zstd.ZstdDecompressor, data, partial)
 
 
 _DECODERS: dict[str, Callable[[bytes, bool], bytes]] = {
