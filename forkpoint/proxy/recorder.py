@@ -95,9 +95,6 @@ class ThreadRecorder:
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.flush, None)
-        self.close()
-
-    def close(self) -> None:
         self._queue.put(_STOP)
         self._thread.join()
 
