@@ -15,9 +15,9 @@ import asyncio
 import cProfile
 
 from forkpoint.api import engine_config
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.loop_thread import until_stopped
-from forkpoint.proxy.server import Proxy
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.runtime.loop_thread import until_stopped
+from forkpoint.runtime.proxy import Proxy
 
 
 async def serve(mode: str, cassette: str, upstream: str | None, run: str) -> None:

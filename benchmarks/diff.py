@@ -29,7 +29,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from forkpoint.cassettes.models import (
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.compare.diff import diff_stored
+from forkpoint.compare.html import diff_html
+from forkpoint.compare.render import diff_json, diff_renderable
+from forkpoint.models import (
     Exchange,
     Kind,
     Mode,
@@ -40,10 +44,6 @@ from forkpoint.cassettes.models import (
     ToolCall,
     Usage,
 )
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.compare.diff import diff_stored
-from forkpoint.compare.html import diff_html
-from forkpoint.compare.render import diff_json, diff_renderable
 
 STEPS = 500
 FORK_AT = 250

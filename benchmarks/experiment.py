@@ -43,11 +43,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from forkpoint import api  # noqa: E402
-from forkpoint.cassettes.sqlite import SqliteStore  # noqa: E402
+from forkpoint.api.experiment import ExperimentSpec, run_experiment  # noqa: E402
+from forkpoint.cassettes.sqlite.store import SqliteStore  # noqa: E402
 from forkpoint.compare import experiment as experiment_module  # noqa: E402
-from forkpoint.compare.experiment import ExperimentSpec, run_experiment  # noqa: E402
 from forkpoint.compare.experiment_results import load_experiment  # noqa: E402
-from forkpoint.proxy.changes import Change  # noqa: E402
+from forkpoint.engine.changes import Change  # noqa: E402
 
 STEPS = 20
 FORK_AT = 10

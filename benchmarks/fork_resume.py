@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from forkpoint.loop_thread import LoopThread  # noqa: E402
+from forkpoint.runtime.loop_thread import LoopThread  # noqa: E402
 from forkpoint.testing.upstream import Prompt, Reply, ScriptedUpstream  # noqa: E402
 
 AGENT = ROOT / "tests/e2e/agents/stateful_agent.py"

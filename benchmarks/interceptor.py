@@ -35,7 +35,7 @@ from _workload import chat_body, concurrent, p50, p99, sequential, streams
 from aiohttp import web
 from gateway import Measured, Plan
 
-from forkpoint.proxy import certs
+from forkpoint.runtime import certs
 from forkpoint.testing.https import TestCA
 
 TARGETS = ("direct", "mitmdump", "intercept")

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from forkpoint.loop_thread import LoopThread
+from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.upstream import ScriptedUpstream
 
 EXCHANGES = 100

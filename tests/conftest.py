@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from forkpoint.api import engine_config
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.loop_thread import LoopThread
-from forkpoint.proxy.server import ProxyThread
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.runtime.loop_thread import LoopThread
+from forkpoint.runtime.proxy import ProxyThread
 from forkpoint.testing.upstream import ScriptedUpstream
 
 

@@ -13,7 +13,7 @@ import json
 
 from aiohttp import web
 
-from forkpoint.loop_thread import LoopThread
+from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.https import TestCA, serve_https
 from forkpoint.testing.upstream import ScriptedUpstream
 

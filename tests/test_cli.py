@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.cassettes.models import RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.models import RunStatus
 
 AGENT = """
 import os, sys, openai

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import openai
 
-from forkpoint.cassettes.models import RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.models import RunStatus
 
 
 def start_serve(

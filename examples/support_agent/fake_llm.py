@@ -14,7 +14,7 @@ import argparse
 import asyncio
 
 from examples.support_agent.script import support_script
-from forkpoint.loop_thread import until_stopped
+from forkpoint.runtime.loop_thread import until_stopped
 from forkpoint.testing.upstream import ScriptedUpstream
 
 

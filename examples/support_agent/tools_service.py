@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from forkpoint.loop_thread import until_stopped
+from forkpoint.runtime.loop_thread import until_stopped
 
 DEFAULT_PORT = 8790
 REFUND_WINDOW_DAYS = 30

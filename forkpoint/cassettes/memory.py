@@ -12,9 +12,9 @@ import threading
 import time
 from collections.abc import Iterable
 
-from forkpoint.cassettes.models import Exchange, Run, RunStatus, Snapshot
 from forkpoint.cassettes.store import StoredBranch, StoredExperiment
 from forkpoint.errors import CassetteError, ConfigError, RunNotFound
+from forkpoint.models import Exchange, Run, RunStatus, Snapshot
 
 
 class MemoryStore:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple, Protocol
 
-from forkpoint.cassettes.models import Exchange, Run, RunStatus, Snapshot
+from forkpoint.models import Exchange, Run, RunStatus, Snapshot
 
 
 class StoredExperiment(NamedTuple):

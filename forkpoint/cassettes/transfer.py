@@ -13,11 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from forkpoint.api import DEFAULT_ROUTES
-from forkpoint.cassettes import har, jsonl, text
-from forkpoint.cassettes.models import Exchange, Run
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.formats import har, jsonl, text
+from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.errors import CassetteError, ConfigError
-from forkpoint.proxy.sessions import new_run_id
+from forkpoint.models import Exchange, Run
+from forkpoint.runtime.sessions import new_run_id
 
 __all__ = ["FORMATS", "export_run", "guess_format", "import_file"]
 

@@ -35,7 +35,7 @@ from decimal import Decimal
 from importlib.metadata import version
 from typing import Any
 
-from forkpoint.cassettes.models import Exchange, Kind, Origin, Usage
+from forkpoint.models import Exchange, Kind, Origin, Usage
 
 __all__ = [
     "PRICES",

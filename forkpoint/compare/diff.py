@@ -24,10 +24,10 @@ from itertools import zip_longest
 
 import orjson
 
-from forkpoint.cassettes.models import Exchange, Kind, Run, ToolCall, Usage
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.compare.cost import RunTotals, exchange_cost, run_totals
-from forkpoint.proxy.encoding import UndecodableBody, decode_body, header
+from forkpoint.engine.encoding import UndecodableBody, decode_body, header
+from forkpoint.models import Exchange, Kind, Run, ToolCall, Usage
 
 __all__ = [
     "Action",

@@ -22,9 +22,9 @@ from typing import Any
 
 import orjson
 
-from forkpoint.cassettes.models import Exchange, Kind, Run, ToolCall
+from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 from forkpoint.errors import ConfigError
-from forkpoint.proxy.encoding import UndecodableBody, decode_body, header
+from forkpoint.models import Exchange, Kind, Run, ToolCall
 
 __all__ = ["Check", "CheckResult", "CheckRun", "load_check"]
 

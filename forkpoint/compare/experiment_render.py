@@ -15,12 +15,12 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from forkpoint.cassettes.models import Run
 from forkpoint.compare.cost import PRICES, usd
 from forkpoint.compare.diff import SequencedCall, run_label
 from forkpoint.compare.experiment_check import CheckResult
 from forkpoint.compare.experiment_results import Branch, CheckTally, Experiment, Summary
 from forkpoint.compare.render import change_text, ms
+from forkpoint.models import Run
 
 __all__ = [
     "SCHEMA",

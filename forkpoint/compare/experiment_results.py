@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from forkpoint.cassettes.models import Run
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.compare.cost import RunTotals
 from forkpoint.compare.diff import RunDiff, diff_stored
 from forkpoint.compare.experiment_check import CheckResult
+from forkpoint.models import Run
 
 __all__ = ["Branch", "CheckTally", "Experiment", "Summary", "load_experiment", "summarize"]
 

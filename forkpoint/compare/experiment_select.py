@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from forkpoint.cassettes.models import Mode, Run, RunStatus
 from forkpoint.cassettes.store import Store
 from forkpoint.errors import ConfigError
+from forkpoint.models import Mode, Run, RunStatus
 
 __all__ = ["Filter", "parse_filter", "select_runs"]
 

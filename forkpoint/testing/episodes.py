@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Protocol
 
-from forkpoint.cassettes.models import Exchange, Headers
-from forkpoint.proxy import matching
-from forkpoint.proxy.encoding import header
-from forkpoint.proxy.engine import EngineConfig
-from forkpoint.proxy.redaction import REDACTED, redact_route
-from forkpoint.proxy.upstream import Sender, UpstreamResponse
+from forkpoint.engine import matching
+from forkpoint.engine.decide import EngineConfig
+from forkpoint.engine.encoding import header
+from forkpoint.engine.redaction import REDACTED, redact_route
+from forkpoint.models import Exchange, Headers
+from forkpoint.runtime.upstream import Sender, UpstreamResponse
 
 REPLAYED_HEADER = "x-forkpoint-replayed-step"
 

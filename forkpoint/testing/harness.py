@@ -17,15 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint import api
-from forkpoint.cassettes import text
+from forkpoint.cassettes.formats import text
 from forkpoint.cassettes.memory import MemoryStore
-from forkpoint.cassettes.models import Exchange, Mode, Origin, RunStatus, ToolCall
+from forkpoint.engine.changes import Change
+from forkpoint.engine.decide import OnDivergence
+from forkpoint.engine.pace import Pace
 from forkpoint.errors import ConfigError
-from forkpoint.proxy.changes import Change
-from forkpoint.proxy.engine import OnDivergence
-from forkpoint.proxy.pace import Pace
-from forkpoint.proxy.server import ProxyThread
-from forkpoint.proxy.upstream import AiohttpSender
+from forkpoint.models import Exchange, Mode, Origin, RunStatus, ToolCall
+from forkpoint.runtime.proxy import ProxyThread
+from forkpoint.runtime.upstream import AiohttpSender
 from forkpoint.testing.episodes import EpisodeSender
 from forkpoint.testing.record_mode import RecordMode
 

@@ -9,7 +9,7 @@ import pytest
 
 from forkpoint.adapters.protocol import State
 from forkpoint.adapters.workspace import WorkspaceAdapter
-from forkpoint.cassettes.models import Run, Snapshot
+from forkpoint.models import Run, Snapshot
 
 
 def test_restore_undoes_added_changed_and_deleted_files_and_modes(tmp_path):

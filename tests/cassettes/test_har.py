@@ -7,10 +7,10 @@ import gzip
 import orjson
 import pytest
 
-from forkpoint.cassettes import har
-from forkpoint.cassettes.models import Chunk, Exchange, Origin, Run
+from forkpoint.cassettes.formats import har
+from forkpoint.engine.encoding import header
 from forkpoint.errors import CassetteError, SchemaVersionError
-from forkpoint.proxy.encoding import header
+from forkpoint.models import Chunk, Exchange, Origin, Run
 
 
 def test_a_run_round_trips_with_bodies_decoded():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from forkpoint.cassettes import jsonl
-from forkpoint.cassettes.models import Chunk, Exchange, Run
+from forkpoint.cassettes.formats import jsonl
 from forkpoint.errors import CassetteError, SchemaVersionError
+from forkpoint.models import Chunk, Exchange, Run
 
 
 def test_bodies_come_back_byte_for_byte():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from forkpoint.cassettes.memory import MemoryStore
-from forkpoint.cassettes.models import Exchange, Run, RunStatus, Snapshot
 from forkpoint.errors import CassetteError, RunNotFound
+from forkpoint.models import Exchange, Run, RunStatus, Snapshot
 
 
 def exchange(run_id: str, step: int) -> Exchange:

@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from forkpoint.cassettes import blobs
-from forkpoint.cassettes.models import Chunk, Exchange, Run, RunStatus
-from forkpoint.cassettes.sqlite import SCHEMA_VERSION, SqliteStore
+from forkpoint.cassettes.sqlite.store import SCHEMA_VERSION, SqliteStore
 from forkpoint.errors import CassetteError, RunNotFound, SchemaVersionError
+from forkpoint.models import Chunk, Exchange, Run, RunStatus
 
 
 def exchange(step: int, body: bytes, **fields: object) -> Exchange:
@@ -157,7 +157,7 @@ def test_a_locked_cassette_is_reported_as_locked(cassette: Path):
 
 
 def test_tool_calls_and_usage_columns_are_queryable(store: SqliteStore):
-    from forkpoint.cassettes.models import Kind, Summary, ToolCall, Usage
+    from forkpoint.models import Kind, Summary, ToolCall, Usage
 
     store.create_run(Run("r1"))
     summary = Summary(
@@ -183,8 +183,8 @@ def test_processes_creating_one_new_cassette_at_once_all_succeed(tmp_path: Path)
 
     cassette = tmp_path / "new.db"
     code = (
-        "import sys; from forkpoint.cassettes.sqlite import SqliteStore; "
-        "from forkpoint.cassettes.models import Run; "
+        "import sys; from forkpoint.cassettes.sqlite.store import SqliteStore; "
+        "from forkpoint.models import Run; "
         "s = SqliteStore(sys.argv[1]); s.create_run(Run(sys.argv[2])); s.close()"
     )
     processes = [subprocess.Popen([sys.executable, "-c", code, str(cassette), f"run-{i}"],

@@ -12,11 +12,11 @@ import orjson
 import pytest
 import vcr
 
-from forkpoint.cassettes import text
-from forkpoint.cassettes.models import Chunk, Exchange, Origin, Run, RunStatus
+from forkpoint.cassettes.formats import text
 from forkpoint.cassettes.transfer import export_run, import_file
+from forkpoint.engine.encoding import header
 from forkpoint.errors import CassetteError, SchemaVersionError
-from forkpoint.proxy.encoding import header
+from forkpoint.models import Chunk, Exchange, Origin, Run, RunStatus
 from forkpoint.testing.upstream import ScriptedUpstream
 
 QUESTIONS = [("plain", False), ("stream me please", True)]

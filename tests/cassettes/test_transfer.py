@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.cassettes.models import Exchange, Run, RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.cassettes.transfer import FORMATS, export_run, guess_format, import_file
 from forkpoint.errors import ConfigError, RunNotFound
+from forkpoint.models import Exchange, Run, RunStatus
 
 
 def seed(cassette: Path) -> Run:

@@ -21,9 +21,9 @@ import openai
 import pytest
 from aiohttp import web
 
-from forkpoint.cassettes.models import Run
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.proxy.changes import Change
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.engine.changes import Change
+from forkpoint.models import Run
 from forkpoint.testing.upstream import Prompt, Reply, ScriptedUpstream, ToolCallSpec
 
 TOOLS = [

@@ -14,7 +14,6 @@ from decimal import Decimal
 
 import pytest
 
-from forkpoint.cassettes.models import Exchange, Kind, Origin, Summary, Usage
 from forkpoint.compare.cost import (
     PRICES,
     exchange_cost,
@@ -23,6 +22,7 @@ from forkpoint.compare.cost import (
     run_totals,
     usd,
 )
+from forkpoint.models import Exchange, Kind, Origin, Summary, Usage
 from tests.compare.conftest import FORK_STEP
 
 M = Decimal(1_000_000)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from forkpoint.cassettes.models import Exchange, Kind, Origin, Run, Summary, ToolCall, Usage
 from forkpoint.compare.cost import run_totals
 from forkpoint.compare.diff import diff_runs, diff_stored, fork_point, tool_call_pairs
+from forkpoint.models import Exchange, Kind, Origin, Run, Summary, ToolCall, Usage
 from tests.compare.conftest import FORK_STEP
 
 

@@ -18,13 +18,13 @@ import pytest
 from aiohttp import web
 
 from forkpoint import api
-from forkpoint.cassettes.models import Origin, RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.compare.experiment import ExperimentSpec, fork_step, run_experiment, substitute
+from forkpoint.api.experiment import ExperimentSpec, fork_step, run_experiment, substitute
+from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.compare.experiment_check import CheckRun
 from forkpoint.compare.experiment_results import Experiment, load_experiment
+from forkpoint.engine.changes import Change
 from forkpoint.errors import ConfigError
-from forkpoint.proxy.changes import Change
+from forkpoint.models import Origin, RunStatus
 from forkpoint.testing.upstream import Prompt, Reply, ScriptedUpstream, ToolCallSpec
 from tests.conftest import RunningUpstream
 
@@ -265,7 +265,7 @@ def _fields(spec: ExperimentSpec) -> dict:  # type: ignore[type-arg]
 
 
 def test_fork_step_and_placeholders():
-    from forkpoint.cassettes.models import Exchange, Kind, Run, Summary
+    from forkpoint.models import Exchange, Kind, Run, Summary
 
     def step(n: int, kind: Kind) -> Exchange:
         return Exchange(run_id="r", step=n, method="POST", route="/", request_headers=(),

@@ -7,9 +7,9 @@ import gzip
 import orjson
 import pytest
 
-from forkpoint.cassettes.models import Exchange, Kind, Run, Summary, ToolCall
 from forkpoint.compare.experiment_check import CheckResult, CheckRun, load_check
 from forkpoint.errors import ConfigError
+from forkpoint.models import Exchange, Kind, Run, Summary, ToolCall
 
 
 def exchange(step: int, route: str, *, method: str = "GET", body: bytes = b"", gzipped: bool = False,

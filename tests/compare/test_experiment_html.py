@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.compare.experiment_html import experiment_html
 from forkpoint.compare.experiment_results import load_experiment
 from tests.compare.test_experiment_render import build

@@ -16,7 +16,12 @@ import orjson
 import pytest
 from rich.console import Console
 
-from forkpoint.cassettes.models import (
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.cassettes.store import StoredBranch, StoredExperiment
+from forkpoint.compare.cost import PRICES, exchange_cost
+from forkpoint.compare.experiment_render import SCHEMA, experiment_json, print_experiment
+from forkpoint.compare.experiment_results import Experiment, load_experiment
+from forkpoint.models import (
     Exchange,
     Kind,
     Mode,
@@ -26,11 +31,6 @@ from forkpoint.cassettes.models import (
     ToolCall,
     Usage,
 )
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.cassettes.store import StoredBranch, StoredExperiment
-from forkpoint.compare.cost import PRICES, exchange_cost
-from forkpoint.compare.experiment_render import SCHEMA, experiment_json, print_experiment
-from forkpoint.compare.experiment_results import Experiment, load_experiment
 
 START = 1_780_000_000.0
 PASS, FAIL = (

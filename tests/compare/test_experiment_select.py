@@ -7,9 +7,9 @@ from datetime import datetime
 import pytest
 
 from forkpoint.cassettes.memory import MemoryStore
-from forkpoint.cassettes.models import Mode, Run, RunStatus
 from forkpoint.compare.experiment_select import select_runs
 from forkpoint.errors import ConfigError, RunNotFound
+from forkpoint.models import Mode, Run, RunStatus
 
 
 def at(text: str) -> float:

@@ -9,11 +9,11 @@ import pytest
 import sqlite_utils
 
 from forkpoint.cassettes.memory import MemoryStore
-from forkpoint.cassettes.models import Run
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.cassettes.sqlite_schema import create_schema
+from forkpoint.cassettes.sqlite.schema import create_schema
+from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.cassettes.store import Store, StoredBranch, StoredExperiment
 from forkpoint.errors import ConfigError
+from forkpoint.models import Run
 
 SPEC = {"at": "first-llm", "change": {"model": "gpt-4o-mini"}, "select": ["label:batch=demo"]}
 

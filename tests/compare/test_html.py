@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from forkpoint.cassettes.models import Exchange, Kind, Run, Summary
 from forkpoint.compare.diff import diff_runs, diff_stored
 from forkpoint.compare.html import diff_html
+from forkpoint.models import Exchange, Kind, Run, Summary
 
 VOID = {"meta", "br", "link", "img", "input", "hr"}
 

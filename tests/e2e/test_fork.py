@@ -15,9 +15,9 @@ from aiohttp import web
 
 from examples.support_agent.script import support_script
 from examples.support_agent.tools_service import ORDERS, REFUNDS, create_app
-from forkpoint.cassettes.models import Origin, RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.loop_thread import LoopThread
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.models import Origin, RunStatus
+from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.upstream import ScriptedUpstream
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,10 +24,10 @@ import pytest
 from click.testing import CliRunner
 
 from forkpoint import api
-from forkpoint.cassettes.models import Exchange, Origin, Run, RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.cli import main
-from forkpoint.proxy.intercept import InterceptOptions
+from forkpoint.models import Exchange, Origin, Run, RunStatus
+from forkpoint.runtime.intercept import InterceptOptions
 from forkpoint.testing.https import TestCA
 from tests.https_services import HOST_A, HOST_B, LLMService, Service, tool_app
 

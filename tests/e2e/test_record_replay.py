@@ -14,7 +14,7 @@ import anthropic
 import openai
 import pytest
 
-from forkpoint.cassettes.models import Origin, RunStatus
+from forkpoint.models import Origin, RunStatus
 from forkpoint.testing.upstream import Prompt, Reply, ScriptedUpstream, ToolCallSpec
 
 Scenario = Callable[[str], Any]  # proxy URL -> what the client saw

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.cassettes.models import Origin, RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.models import Origin, RunStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = [sys.executable, str(ROOT / "tests/e2e/agents/stateful_agent.py")]

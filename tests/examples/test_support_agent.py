@@ -20,7 +20,7 @@ from aiohttp import web
 
 from examples.support_agent.script import support_script
 from examples.support_agent.tools_service import REFUNDS, create_app
-from forkpoint.loop_thread import LoopThread
+from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.script import parse_prompt
 from forkpoint.testing.upstream import Reply, ScriptedUpstream, ToolCallSpec
 

@@ -4,7 +4,7 @@ import zlib
 import brotli
 import pytest
 
-from forkpoint.proxy.encoding import UndecodableBody, decode_body, header
+from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 
 try:
     from compression import zstd  # type: ignore[import-not-found]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from forkpoint.cassettes.models import Exchange, Mode, Origin, Run, RunStatus
-from forkpoint.proxy.engine import (
+from forkpoint.engine.decide import (
     EngineConfig,
     Fail,
     Forward,
@@ -16,7 +15,8 @@ from forkpoint.proxy.engine import (
     Session,
     decide,
 )
-from forkpoint.proxy.matching import MatchConfig
+from forkpoint.engine.matching import MatchConfig
+from forkpoint.models import Exchange, Mode, Origin, Run, RunStatus
 
 CONFIG = EngineConfig(
     routes=Routes("https://api.openai.com", {"anthropic": "https://api.anthropic.com"})

@@ -5,10 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from forkpoint.cassettes.models import Exchange, Mode, Origin, Run
-from forkpoint.errors import ConfigError
-from forkpoint.proxy.changes import Change, apply, load_patch
-from forkpoint.proxy.engine import (
+from forkpoint.engine.changes import Change, apply, load_patch
+from forkpoint.engine.decide import (
     Fail,
     Forward,
     Mock,
@@ -18,7 +16,9 @@ from forkpoint.proxy.engine import (
     Session,
     decide,
 )
-from forkpoint.proxy.mocks import MockKind, parse_mock
+from forkpoint.engine.mocks import MockKind, parse_mock
+from forkpoint.errors import ConfigError
+from forkpoint.models import Exchange, Mode, Origin, Run
 from tests.proxy.test_engine import CONFIG, chat, post, recorded_run
 
 

@@ -16,8 +16,8 @@ import openai
 import pytest
 from aiohttp import web
 
-from forkpoint.cassettes.models import Origin, RunStatus
-from forkpoint.loop_thread import LoopThread
+from forkpoint.models import Origin, RunStatus
+from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.upstream import ErrorReply, Reply, ScriptedUpstream
 
 

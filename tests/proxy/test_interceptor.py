@@ -22,14 +22,14 @@ import certifi
 import pytest
 import requests
 
-from forkpoint.cassettes.models import Exchange, Origin, RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.proxy import certs
-from forkpoint.proxy.changes import Change
-from forkpoint.proxy.intercept import InterceptOptions
-from forkpoint.proxy.interceptor import proxy_user, route_of
-from forkpoint.proxy.mocks import parse_mock
-from forkpoint.proxy.server import Proxy, ProxyThread
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.doors.interceptor import proxy_user, route_of
+from forkpoint.engine.changes import Change
+from forkpoint.engine.mocks import parse_mock
+from forkpoint.models import Exchange, Origin, RunStatus
+from forkpoint.runtime import certs
+from forkpoint.runtime.intercept import InterceptOptions
+from forkpoint.runtime.proxy import Proxy, ProxyThread
 from forkpoint.testing.https import TestCA
 from tests.https_services import HOST_A, HOST_B, EchoService, LLMService, Service, tool_app
 
@@ -269,7 +269,7 @@ def test_a_client_that_does_not_trust_the_ca_fails_and_nothing_is_recorded(
     proxy = intercepting()
     run = proxy.sessions.start_record().run.id
     with (
-        caplog.at_level(logging.WARNING, logger="forkpoint.proxy.interceptor"),
+        caplog.at_level(logging.WARNING, logger="forkpoint.doors.interceptor"),
         client(proxy, confdir, verify=certifi.where()) as http,
         pytest.raises(requests.exceptions.SSLError, match="CERTIFICATE_VERIFY_FAILED"),
     ):
@@ -285,7 +285,7 @@ def test_websockets_pass_through_unrecorded(intercepting, services, confdir, sto
     host, port = tools.url.removeprefix("https://").split(":")
     context = ssl.create_default_context(cafile=certs.ca_cert(confdir))
     with (
-        caplog.at_level(logging.WARNING, logger="forkpoint.proxy.interceptor"),
+        caplog.at_level(logging.WARNING, logger="forkpoint.doors.interceptor"),
         context.wrap_socket(tunnel(proxy, host, int(port)), server_hostname=host) as tls,
     ):
         key = base64.b64encode(os.urandom(16)).decode()
@@ -311,7 +311,7 @@ def test_non_http_traffic_passes_through_unrecorded(intercepting, confdir, store
     run = proxy.sessions.start_record().run.id
     try:
         with (
-            caplog.at_level(logging.WARNING, logger="forkpoint.proxy.interceptor"),
+            caplog.at_level(logging.WARNING, logger="forkpoint.doors.interceptor"),
             tunnel(proxy, *echo.address) as raw,
         ):
             raw.sendall(b"\x00\x01 not http\n")

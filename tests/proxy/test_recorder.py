@@ -19,17 +19,17 @@ from typing import Any
 import pytest
 
 from forkpoint.cassettes.memory import MemoryStore
-from forkpoint.cassettes.models import Exchange, Run, Snapshot
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.loop_thread import LoopThread
-from forkpoint.proxy.matching import MatchConfig, fingerprint_of
-from forkpoint.proxy.recorder import Recorder, ThreadRecorder
-from forkpoint.proxy.recorder_process import (
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.engine.matching import MatchConfig, fingerprint_of
+from forkpoint.models import Exchange, Run, Snapshot
+from forkpoint.runtime.loop_thread import LoopThread
+from forkpoint.runtime.recording.process import (
     PROMOTE_AT,
     AdaptiveRecorder,
     ProcessRecorder,
     recorder_for,
 )
+from forkpoint.runtime.recording.recorder import Recorder, ThreadRecorder
 
 
 def exchange(run_id: str, step: int, model: str = "gpt-4o") -> Exchange:
@@ -197,8 +197,8 @@ def test_what_a_dying_proxy_handed_over_is_still_committed(cassette: Path):
     SqliteStore(cassette).create_run(Run("r1"))
     script = textwrap.dedent(f"""
         import asyncio, os
-        from forkpoint.cassettes.sqlite import SqliteStore
-        from forkpoint.proxy.recorder_process import ProcessRecorder
+        from forkpoint.cassettes.sqlite.store import SqliteStore
+        from forkpoint.runtime.recording.process import ProcessRecorder
         from tests.proxy.test_recorder import exchange
 
         async def main():

@@ -11,8 +11,8 @@ from aiohttp import web
 
 from forkpoint.adapters.http import HttpAdapter
 from forkpoint.errors import ConfigError
-from forkpoint.loop_thread import LoopThread
-from forkpoint.proxy.snapshots import SnapshotPolicy
+from forkpoint.runtime.loop_thread import LoopThread
+from forkpoint.runtime.snapshots import SnapshotPolicy
 
 
 class StateServer:
@@ -107,7 +107,7 @@ def test_a_50_mb_state_is_stored_and_comes_back(start_proxy, upstream, store):
 
 
 def test_registration_restores_a_forks_state_and_reports_the_step(start_proxy, upstream, store):
-    from forkpoint.cassettes.models import Snapshot
+    from forkpoint.models import Snapshot
 
     recording = start_proxy(upstream.url)
     parent = recording.proxy.sessions.start_record().run

@@ -41,9 +41,9 @@ from typing import Any
 import pytest
 
 from forkpoint.api import agent_env
-from forkpoint.cassettes.models import Exchange, Mode, Origin, Run, RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.proxy.changes import Change
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.engine.changes import Change
+from forkpoint.models import Exchange, Mode, Origin, Run, RunStatus
 from forkpoint.testing.upstream import Script, ScriptedUpstream
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ import pytest
 from anthropic import beta_async_tool
 from pydantic import BaseModel
 
-from forkpoint.proxy.changes import Change
+from forkpoint.engine.changes import Change
 from forkpoint.testing.upstream import Prompt, Reply
 from tests.stacks.scripts import structured_script, support_script
 

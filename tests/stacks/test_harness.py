@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from forkpoint.cassettes.models import Run
+from forkpoint.models import Run
 from tests.stacks.conftest import ROOT
 
 # What a hidden call looks like: a price list or telemetry fetched from its own host.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from forkpoint.proxy.changes import Change
+from forkpoint.engine.changes import Change
 from tests.stacks.conftest import python_agent
 from tests.stacks.scripts import support_script
 

@@ -8,8 +8,8 @@ import signal
 import subprocess
 import sys
 
-from forkpoint.cassettes.models import RunStatus
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.models import RunStatus
 from tests.stacks.conftest import ROOT
 
 AGENT = [sys.executable, str(ROOT / "examples/stacks/agents_session_agent.py")]

@@ -12,8 +12,8 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from forkpoint.cassettes.models import RunStatus
-from forkpoint.proxy.changes import Change
+from forkpoint.engine.changes import Change
+from forkpoint.models import RunStatus
 from forkpoint.testing.upstream import ErrorReply, Prompt, Reply
 from tests.stacks.scripts import structured_script
 

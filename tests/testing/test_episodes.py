@@ -6,9 +6,9 @@ import asyncio
 from dataclasses import replace
 
 from forkpoint.api import engine_config
-from forkpoint.cassettes.models import Chunk, Exchange
-from forkpoint.proxy import matching
-from forkpoint.proxy.upstream import MockSender
+from forkpoint.engine import matching
+from forkpoint.models import Chunk, Exchange
+from forkpoint.runtime.upstream import MockSender
 from forkpoint.testing.episodes import REPLAYED_HEADER, EpisodeSender
 
 

@@ -8,8 +8,8 @@ import httpx2
 import orjson
 import pytest
 
-from forkpoint.cassettes.models import Kind, ToolCall, Usage
-from forkpoint.proxy.dialects.anthropic_messages import AnthropicMessages
+from forkpoint.engine.dialects.anthropic_messages import AnthropicMessages
+from forkpoint.models import Kind, ToolCall, Usage
 
 MESSAGES = AnthropicMessages()
 MODEL = "claude-haiku-4-5-20251001"

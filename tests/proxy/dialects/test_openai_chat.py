@@ -8,8 +8,8 @@ import openai
 import orjson
 import pytest
 
-from forkpoint.cassettes.models import Kind, ToolCall, Usage
-from forkpoint.proxy.dialects.openai_chat import OpenAIChat
+from forkpoint.engine.dialects.openai_chat import OpenAIChat
+from forkpoint.models import Kind, ToolCall, Usage
 
 CHAT = OpenAIChat()
 REQUEST = {

@@ -6,8 +6,8 @@ from typing import Any
 import orjson
 import pytest
 
-from forkpoint.cassettes.models import Kind, ToolCall, Usage
-from forkpoint.proxy.dialects.openai_responses import OpenAIResponses
+from forkpoint.engine.dialects.openai_responses import OpenAIResponses
+from forkpoint.models import Kind, ToolCall, Usage
 
 RESPONSES = OpenAIResponses()
 MODEL = "gpt-5-mini-2025-08-07"

@@ -6,14 +6,14 @@ import brotli
 import orjson
 import pytest
 
-from forkpoint.cassettes.models import Chunk, Exchange, Kind, Summary, ToolCall, Usage
-from forkpoint.proxy.dialects import (
+from forkpoint.engine.dialects import (
     DIALECTS,
     GENERIC,
     Dialect,
     dialect_for,
     summarize_exchange,
 )
+from forkpoint.models import Chunk, Exchange, Kind, Summary, ToolCall, Usage
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 import pytest
 
-from forkpoint.proxy.dialects.sse import SseEvent, parse_events
+from forkpoint.engine.dialects.sse import SseEvent, parse_events
 
 ANTHROPIC_HEAD = (
     b"event: message_start\n"

@@ -1,0 +1,234 @@
+"""Experiments: fork many recorded runs with one change, in parallel, and keep the branches.
+
+`run_experiment` forks every selected run (`experiment_select`) at a step given as a number or
+as `first-llm` / `last-llm` (each run's first or last model call), each fork a real
+`forkpoint.api.fork` on a worker thread (it runs its own event loop and proxy), at most
+`concurrency` at a time. The command is a template: `{run}`, `{name}` and `{label:KEY}` are
+replaced by each selected run's id, name and label, so each agent gets its own input back (a
+ticket recorded with `--label ticket=…` is passed as `"{label:ticket}"`).
+
+The agents' output goes to a log per fork, not to the terminal, where K agents would
+interleave; a failed fork reports the log's last lines. A run that cannot be forked (no model
+call, a missing label, a command that fails, a divergence) is stored with its error, and the
+experiment goes on. The experiment and each branch are stored in the cassette as they finish,
+so an interrupted experiment keeps what it did; `experiment_results` reads them back.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from forkpoint import api
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.cassettes.store import StoredBranch, StoredExperiment
+from forkpoint.compare.experiment_check import Check, CheckRun, load_check
+from forkpoint.compare.experiment_select import select_runs
+from forkpoint.engine.changes import Change
+from forkpoint.engine.decide import OnDivergence
+from forkpoint.engine.pace import Pace
+from forkpoint.errors import ConfigError, ForkpointError
+from forkpoint.models import Exchange, Kind, Origin, Run, RunStatus
+
+__all__ = ["ExperimentSpec", "fork_step", "run_experiment", "substitute"]
+
+AT_NAMES = ("first-llm", "last-llm")
+_PLACEHOLDER = re.compile(r"\{(run|name|label:[^{}]+)\}")
+LOG_LINES = 5  # of a failed fork's output, kept with its error
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentSpec:
+    """What an experiment does; stored with it as JSON (`to_json`)."""
+
+    command: tuple[str, ...]
+    at: str  # a step number, "first-llm" or "last-llm"
+    runs: tuple[str, ...] = ()
+    select: tuple[str, ...] = ()
+    change: Change = Change()
+    check: str | None = None
+    concurrency: int = 4
+    name: str | None = None  # None: exp-YYYYMMDD-HHMMSS
+    on_divergence: OnDivergence = OnDivergence.FAIL
+    restore: bool = True  # give agents with an adapter their state at the fork step
+    upstream: str | None = api.DEFAULT_UPSTREAM
+    routes: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    pace: Pace = Pace()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runs": list(self.runs),
+            "select": list(self.select),
+            "at": self.at,
+            "change": self.change.to_json(),
+            "check": self.check,
+            "command": list(self.command),
+            "concurrency": self.concurrency,
+            "on_divergence": self.on_divergence.value,
+            "restore": self.restore,
+            "upstream": self.upstream,
+            "routes": dict(self.routes),
+            "labels": dict(self.labels),
+        }
+
+
+def fork_step(at: str, run: Run, exchanges: Sequence[Exchange]) -> int:
+    """The step to fork `run` at: `at` itself, or its first or last model call's step."""
+    if at not in AT_NAMES:
+        return int(at)
+    llm = [e.step for e in exchanges if e.summary and e.summary.kind == Kind.LLM]
+    if not llm:
+        raise ConfigError(f"run {run.id} has no model call to fork at ({at})", run_id=run.id)
+    return llm[0] if at == "first-llm" else llm[-1]
+
+
+def substitute(command: Sequence[str], run: Run) -> tuple[str, ...]:
+    """The command with `{run}`, `{name}` and `{label:KEY}` filled in from `run`."""
+
+    def value(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key == "run":
+            return run.id
+        if key == "name":
+            if run.name is None:
+                raise ConfigError(f"run {run.id} has no name for {{name}}", run_id=run.id)
+            return run.name
+        label = key.removeprefix("label:")
+        if label not in run.labels:
+            raise ConfigError(f"run {run.id} has no label {label!r} for {{{key}}}", run_id=run.id)
+        return run.labels[label]
+
+    return tuple(_PLACEHOLDER.sub(value, part) for part in command)
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    *,
+    cassette: str | Path | None = None,
+    on_branch: Callable[[StoredBranch, Run, int], None] | None = None,
+) -> str:
+    """Fork the selected runs, store the experiment, and return its name.
+
+    `on_branch(branch, source, total)` is called on this thread as each branch is stored, for
+    progress reports.
+    Raises ConfigError before forking anything when no run is selected, the check cannot be
+    loaded, `at` is not a step or the name is taken.
+    """
+    if spec.at not in AT_NAMES and not spec.at.isdigit():
+        raise ConfigError(f"--at {spec.at!r}: give a step number, first-llm or last-llm")
+    if spec.concurrency < 1:
+        raise ConfigError("--concurrency must be 1 or more")
+    path = api.cassette_path(cassette)
+    store = SqliteStore(path, create=False)
+    try:
+        sources = select_runs(store, spec.runs, spec.select)
+        if not sources:
+            raise ConfigError(f"no run in {path} matches {' '.join(spec.select)}")
+        check = load_check(spec.check) if spec.check else None
+        name = spec.name or _default_name(store)
+        store.create_experiment(StoredExperiment(name, time.time(), None, spec.to_json()))
+        forker = _Forker(spec, name, path, store, check)
+        with tempfile.TemporaryDirectory(prefix="forkpoint-experiment-") as logs:
+            pool = ThreadPoolExecutor(spec.concurrency, thread_name_prefix="forkpoint-fork")
+            try:
+                futures: dict[Future[StoredBranch], Run] = {
+                    pool.submit(forker.fork, seq, source, Path(logs)): source
+                    for seq, source in enumerate(sources)
+                }
+                for future in as_completed(futures):
+                    branch = future.result()
+                    store.add_experiment_branch(name, branch)
+                    if on_branch is not None:
+                        on_branch(branch, futures[future], len(sources))
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+        store.finish_experiment(name, ended_at=time.time())
+        return name
+    finally:
+        store.close()
+
+
+def _default_name(store: SqliteStore) -> str:
+    taken = {experiment.name for experiment in store.list_experiments()}
+    base = datetime.now().strftime("exp-%Y%m%d-%H%M%S")
+    return next(n for n in (base, *(f"{base}-{i}" for i in range(2, 1000))) if n not in taken)
+
+
+@dataclass(frozen=True, slots=True)
+class _Forker:
+    """Forks one selected run and judges the branch; called on the pool's threads."""
+
+    spec: ExperimentSpec
+    name: str
+    path: Path
+    store: SqliteStore  # shared: it serializes its calls
+    check: Check | None
+
+    def fork(self, seq: int, source: Run, logs: Path) -> StoredBranch:
+        result: dict[str, Any] = {"at": None}
+        try:
+            recorded = self.store.exchanges(source.id, bodies=False)
+            result["at"] = at = fork_step(self.spec.at, source, recorded)
+            command = substitute(self.spec.command, source)
+        except ForkpointError as error:
+            return StoredBranch(seq, source.id, None, str(error), result)
+        log = logs / f"{seq}.log"
+        try:
+            forked = api.fork(
+                source.id,
+                _logged(command, log),
+                at=at,
+                change=self.spec.change,
+                cassette=self.path,
+                upstream=self.spec.upstream,
+                routes=self.spec.routes,
+                name=f"{self.name}/{source.name or source.id}",
+                labels={**source.labels, **self.spec.labels, "experiment": self.name},
+                on_divergence=self.spec.on_divergence,
+                restore=self.spec.restore,
+                pace=self.spec.pace,
+            )
+        except (ForkpointError, OSError) as error:
+            return StoredBranch(seq, source.id, None, str(error), result)
+        result["exit_code"] = forked.exit_code
+        branch = self.store.get_run(forked.run_id)
+        steps = self.store.exchanges(branch.id, bodies=False)
+        failure = _failure(branch, steps, forked.exit_code, log)
+        if self.check is not None:
+            parent = CheckRun(source, self.store.exchanges(source.id))
+            result["parent_check"] = self.check(parent).to_json()
+            if failure is None:
+                judged = CheckRun(branch, self.store.exchanges(branch.id), parent)
+                result["check"] = self.check(judged).to_json()
+        return StoredBranch(seq, source.id, branch.id, failure, result)
+
+
+def _logged(command: Sequence[str], log: Path) -> list[str]:
+    """`command` with its stdout and stderr sent to `log`; `exec` keeps its pid and signals."""
+    return ["/bin/sh", "-c", 'exec "$@" >"$0" 2>&1', str(log), *command]
+
+
+def _failure(branch: Run, steps: Sequence[Exchange], exit_code: int, log: Path) -> str | None:
+    """Why a fork failed (its status, the divergence or error, the last lines of the agent's
+    output), or None if it did not."""
+    if branch.status is RunStatus.FINISHED and exit_code == 0:
+        return None
+    diverged = [e for e in steps if e.origin is Origin.DIVERGED and e.error]
+    if diverged and diverged[0].error:
+        reason = diverged[0].error.splitlines()[0]
+    else:
+        reason = branch.error or f"command exited with {exit_code}"
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()[-LOG_LINES:]
+    except OSError:
+        lines = []
+    output = "".join(f"\n  | {line[:300]}" for line in lines)
+    return f"{branch.status}: {reason}{output}"

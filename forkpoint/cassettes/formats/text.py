@@ -1,0 +1,317 @@
+"""Text cassettes: one run per YAML file, for reviewers to read in a pull request and for vcrpy
+to play.
+
+The envelope is vcrpy's (`interactions` of `request` and `response`, `version: 1`), so
+`vcr.use_cassette(path)` plays the file in-process. What only forkpoint needs sits under
+`forkpoint` keys that vcrpy ignores: the run at the top, and per exchange its step, route,
+origin, timings and, for a stream, its chunks as `[offset ms, size in bytes]` over the body.
+JSON bodies are decompressed and pretty-printed as block strings and streams kept as their
+events, so a diff shows what changed. Files recorded by vcrpy itself load too.
+
+    run, exchanges = read("tests/cassettes/test_agent/test_refund.yaml")
+    write(path, run, exchanges)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from forkpoint.cassettes.formats.interop import (
+    NO_UPSTREAM,
+    Invalid,
+    Parts,
+    Where,
+    as_bytes,
+    build_exchange,
+    chunk_sizes,
+    need,
+    optional,
+    readable_body,
+    route_for,
+    run_from_json,
+    run_to_json,
+    text_or_bytes,
+    uri_for,
+)
+from forkpoint.errors import CassetteError, SchemaVersionError
+from forkpoint.models import Exchange, Headers, Origin, Run
+
+__all__ = ["FORMAT_VERSION", "dumps", "loads", "read", "write"]
+
+FORMAT_VERSION = 1  # forkpoint's extras; bumped when an older forkpoint would misread a file
+VCR_VERSION = 1  # vcrpy's envelope
+HEADER = (
+    "# forkpoint cassette: one run, playable by vcrpy. Edit bodies freely; after editing a\n"
+    "# stream's body, fix or delete its `chunks` sizes. Re-record: --forkpoint-record=all\n"
+)
+
+# libyaml when PyYAML has it: parsing a 100-exchange cassette is then a few milliseconds.
+_BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[misc, valid-type]
+    pass
+
+
+class _Flow(list):  # type: ignore[type-arg]
+    """A list written on one line: a chunk's `[offset, size]`, a header's values."""
+
+
+def _represent_str(dumper: Any, value: str) -> Any:
+    # Multi-line text (pretty JSON, SSE events) as a block: one line in the file per line.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+def _represent_flow(dumper: Any, value: _Flow) -> Any:
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True)
+
+
+_Dumper.add_representer(str, _represent_str)
+_Dumper.add_representer(_Flow, _represent_flow)
+
+
+# writing
+
+
+def dumps(run: Run, exchanges: Sequence[Exchange]) -> str:
+    document = {
+        "forkpoint": {"format_version": FORMAT_VERSION, "run": run_to_json(run)},
+        "interactions": [_interaction(e) for e in exchanges],
+        "version": VCR_VERSION,
+    }
+    text = yaml.dump(
+        document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100, indent=2
+    )
+    return HEADER + text
+
+
+def write(path: str | os.PathLike[str], run: Run, exchanges: Sequence[Exchange]) -> None:
+    """Write the file whole, through a temporary file, so a crash never leaves half of one."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # A name of its own, so xdist workers recording one shared cassette never mix their bytes.
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        temporary.write_text(dumps(run, exchanges), encoding="utf-8")
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _interaction(e: Exchange) -> dict[str, Any]:
+    request_headers, request_body = readable_body(e.request_headers, e.request_body, streamed=False)
+    response_headers, response_body = readable_body(
+        e.response_headers, e.response_body, streamed=e.streamed
+    )
+    extras: dict[str, Any] = {
+        "step": e.step,
+        "route": e.route,
+        "origin": e.origin.value,
+        "complete": e.complete,
+    }
+    if e.error is not None:
+        extras["error"] = e.error
+    extras.update(started_at=e.started_at, ttfb_ms=e.ttfb_ms, duration_ms=e.duration_ms)
+    if e.chunks is not None:
+        extras["chunks"] = [_Flow([round(c.offset_ms, 3), len(c.data)]) for c in e.chunks]
+    return {
+        "request": {
+            "method": e.method,
+            "uri": uri_for(e),
+            "body": text_or_bytes(request_body) if request_body else None,
+            "headers": _vcr_headers(request_headers),
+        },
+        "response": {
+            "status": {"code": e.status, "message": _reason(e.status)},
+            "headers": _vcr_headers(response_headers),
+            "body": {"string": text_or_bytes(response_body)},
+        },
+        "forkpoint": extras,
+    }
+
+
+def _vcr_headers(headers: Headers) -> dict[str, _Flow]:
+    grouped: dict[str, _Flow] = {}
+    for name, value in headers:
+        grouped.setdefault(name, _Flow()).append(value)
+    return grouped
+
+
+def _reason(status: int | None) -> str:
+    try:
+        return HTTPStatus(status or 0).phrase
+    except ValueError:
+        return ""
+
+
+# reading
+
+
+def read(
+    path: str | os.PathLike[str], *, routes: Mapping[str, str] | None = None
+) -> tuple[Run, list[Exchange]]:
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CassetteError(f"no cassette at {source}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise CassetteError(f"cannot read {source}: {error}") from None
+    return loads(text, source=str(source), routes=routes)
+
+
+def loads(
+    text: str, *, source: str = "<string>", routes: Mapping[str, str] | None = None
+) -> tuple[Run, list[Exchange]]:
+    """The run in a forkpoint or vcrpy YAML cassette; `source` names the file in errors.
+
+    `routes` (prefix → base URL) gives a vcrpy file's requests the routes an agent would use
+    through the gateway, e.g. `{"anthropic": "https://api.anthropic.com"}`.
+    """
+    try:
+        document = yaml.load(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = f", line {mark.line + 1}" if mark is not None else ""
+        raise CassetteError(
+            f"{source}{line}: not valid YAML ({error.problem or error.context}); "
+            "fix the file or re-record it"
+        ) from None
+    except yaml.YAMLError as error:
+        raise CassetteError(f"{source}: not valid YAML ({error})") from None
+    try:
+        _check_versions(document)
+        return _read(document, Path(source).stem, routes or {})
+    except _TooNew as error:
+        raise SchemaVersionError(
+            f"{source}, line {_line(text, error.path)}: {error}",
+            found=error.found,
+            expected=error.expected,
+        ) from None
+    except Invalid as error:
+        raise CassetteError(f"{source}, line {_line(text, error.path)}: {error}") from None
+
+
+class _TooNew(Invalid):
+    def __init__(self, path: Where, message: str, *, found: int, expected: int):
+        super().__init__(path, message)
+        self.found, self.expected = found, expected
+
+
+def _check_versions(document: Any) -> None:
+    if not isinstance(document, dict) or not isinstance(document.get("interactions"), list):
+        raise Invalid((), "not a cassette: it has no `interactions` list")
+    meta = optional(document, "forkpoint", dict, ()) or {}
+    found = optional(meta, "format_version", int, ("forkpoint",)) or FORMAT_VERSION
+    if found > FORMAT_VERSION:
+        raise _TooNew(
+            ("forkpoint", "format_version"),
+            f"written by a newer forkpoint (text cassette format {found}; this forkpoint reads "
+            f"up to {FORMAT_VERSION}): upgrade forkpoint to read it",
+            found=found,
+            expected=FORMAT_VERSION,
+        )
+    vcr = optional(document, "version", int, ()) or VCR_VERSION
+    if vcr != VCR_VERSION:
+        raise _TooNew(
+            ("version",),
+            f"vcrpy cassette format {vcr}; forkpoint reads format {VCR_VERSION}",
+            found=vcr,
+            expected=VCR_VERSION,
+        )
+
+
+def _read(
+    document: dict[str, Any], name: str, routes: Mapping[str, str]
+) -> tuple[Run, list[Exchange]]:
+    meta = document.get("forkpoint") or {}
+    run = run_from_json(
+        optional(meta, "run", dict, ("forkpoint",)), ("forkpoint", "run"), default_name=name
+    )
+    interactions = document["interactions"]
+    exchanges = [
+        _exchange(run.id, step, item, routes, ("interactions", step))
+        for step, item in enumerate(interactions)
+    ]
+    return run, exchanges
+
+
+def _exchange(
+    run_id: str, step: int, item: Any, routes: Mapping[str, str], path: Where
+) -> Exchange:
+    """One interaction; its position is its step (the `step` written beside it is a reading
+    aid), so deleting one by hand leaves no gap."""
+    request = need(item, "request", dict, path)
+    response = need(item, "response", dict, path)
+    extras = optional(item, "forkpoint", dict, path) or {}
+    rq, rs, xp = (*path, "request"), (*path, "response"), (*path, "forkpoint")
+    uri = need(request, "uri", str, rq)
+    status = need(response, "status", dict, rs)
+    body = optional(response, "body", dict, rs) or {}
+    try:
+        origin = Origin(extras.get("origin", Origin.LIVE))
+    except ValueError as error:
+        raise Invalid((*xp, "origin"), str(error)) from None
+    parts = Parts(
+        method=need(request, "method", str, rq),
+        route=optional(extras, "route", str, xp) or route_for(uri, routes),
+        upstream=None if uri.startswith(NO_UPSTREAM) else uri,
+        request_headers=_headers(request.get("headers"), (*rq, "headers")),
+        request_body=as_bytes(request.get("body"), (*rq, "body")),
+        status=optional(status, "code", int, (*rs, "status")),
+        response_headers=_headers(response.get("headers"), (*rs, "headers")),
+        response_body=as_bytes(body.get("string"), (*rs, "body")),
+        chunks=chunk_sizes(extras.get("chunks"), (*xp, "chunks")),
+        complete=bool(extras.get("complete", True)),
+        error=optional(extras, "error", str, xp),
+        origin=origin,
+        started_at=optional(extras, "started_at", (int, float), xp) or 0.0,
+        ttfb_ms=optional(extras, "ttfb_ms", (int, float), xp),
+        duration_ms=optional(extras, "duration_ms", (int, float), xp),
+    )
+    return build_exchange(run_id, step, parts, path)
+
+
+def _headers(value: Any, path: Where) -> Headers:
+    """vcrpy's `{name: [values]}` (or `{name: value}`, as hand-written files have it)."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise Invalid(path, "headers should be a mapping of name to a list of values")
+    pairs: list[tuple[str, str]] = []
+    for name, values in value.items():
+        for item in values if isinstance(values, list) else [values]:
+            pairs.append((str(name), str(item)))
+    return tuple(pairs)
+
+
+def _line(text: str, path: Where) -> int:
+    """The 1-based line of the value at `path`, or of its nearest enclosing value that exists."""
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError:
+        return 1
+    if node is None:
+        return 1
+    line = node.start_mark.line
+    for key in path:
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if k.value == key), None)
+            if found is None:
+                break
+            line, node = found[0].start_mark.line, found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line
+        else:
+            break
+    return line + 1

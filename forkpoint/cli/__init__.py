@@ -1,0 +1,3 @@
+from forkpoint.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,58 @@
+"""`forkpoint diff`: compare two runs in the terminal, as JSON or as an HTML page.
+
+forkpoint.cli registers this command after defining the shared options it uses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import orjson
+
+from forkpoint.api import cassette_path
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.cli.main import cassette_option, reports_errors
+
+
+@click.command()
+@cassette_option
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True, help="The diff as JSON (docs/diff-json.md).")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Also write the diff as a self-contained HTML page to FILE.",
+)
+@click.option("--all-steps", is_flag=True, help="List matching steps too, not folded.")
+@reports_errors
+def diff(
+    cassette: str | None, a: str, b: str, as_json: bool, html_file: Path | None, all_steps: bool
+) -> None:
+    """Compare runs A and B (id, id prefix or name) step by step, with cost and answers.
+
+    Shows the first step where they differ, what each did per step, their tool calls, tokens,
+    cost and time (whole run and from the fork point on), and a diff of the final answers.
+
+    Example: forkpoint diff ticket-1 ticket-1-mini --html diff.html
+    """
+    # Imported here: every forkpoint command imports this module, only diff needs rich.
+    from rich.console import Console
+
+    from forkpoint.compare.diff import diff_stored
+    from forkpoint.compare.html import diff_html
+    from forkpoint.compare.render import diff_json, print_diff
+
+    store = SqliteStore(cassette_path(cassette), create=False)
+    try:
+        result = diff_stored(store, a, b)
+    finally:
+        store.close()
+    if html_file is not None:
+        html_file.write_text(diff_html(result), encoding="utf-8")
+    if as_json:
+        click.echo(orjson.dumps(diff_json(result), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print_diff(result, Console(highlight=False), all_steps=all_steps)

@@ -1,0 +1,121 @@
+"""The writer process: reads pickled batches on stdin, commits them, acknowledges on stdout.
+
+Started by `recorder_process.ProcessRecorder`. Frames are an 8-byte big-endian length and a
+pickle; the first holds the cassette's path, the parent's `sys.path` and the match settings,
+each later one a list of exchanges and snapshots. After committing a batch (one or more
+frames) the child writes its item count as 8 bytes. At end of input (the proxy closed it, or
+died) it commits what it has read and exits, so nothing the proxy handed over is lost with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import signal
+import struct
+import sys
+import time
+
+HEADER = struct.Struct("!Q")
+# Under load, how often the child commits (seconds), and how many items one commit takes at
+# most. Waiting risks nothing: until acknowledged, the proxy keeps every item it sent.
+COMMIT_EVERY = 0.02
+MAX_BATCH = 256
+NICENESS = 10
+
+
+def frame(payload: bytes) -> bytes:
+    return HEADER.pack(len(payload)) + payload
+
+
+class FrameReader:
+    """Frames from a file descriptor, without Python's buffering hiding what is ready."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._buffer = bytearray()
+        self._ended = False
+
+    def next(self) -> bytes | None:
+        """The next frame, waiting for it; None at end of input (a cut last frame is dropped)."""
+        while (payload := self._take()) is None:
+            if not self._read():
+                return None
+        return payload
+
+    def before(self, deadline: float) -> bytes | None:
+        """The next frame if it arrives whole by `deadline` (`time.monotonic()`), else None;
+        a deadline already past takes only what is here."""
+        while (payload := self._take()) is None:
+            wait = max(deadline - time.monotonic(), 0)
+            if not select.select([self._fd], [], [], wait)[0] or not self._read():
+                return None
+        return payload
+
+    def _read(self) -> bool:
+        if self._ended:
+            return False
+        data = os.read(self._fd, 1 << 20)
+        self._ended = not data
+        self._buffer += data
+        return bool(data)
+
+    def _take(self) -> bytes | None:
+        if len(self._buffer) < HEADER.size:
+            return None
+        (length,) = HEADER.unpack_from(self._buffer)
+        end = HEADER.size + length
+        if len(self._buffer) < end:
+            return None
+        payload = bytes(self._buffer[HEADER.size : end])
+        del self._buffer[:end]
+        return payload
+
+
+def main() -> None:
+    # Ctrl-C reaches the whole process group: the proxy decides when writing ends, by closing
+    # this process's input.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Writing is background work: when the CPUs are short, the proxy's live traffic goes first.
+    os.nice(NICENESS)
+    logging.basicConfig(format="%(message)s", level=logging.WARNING)
+    frames = FrameReader(sys.stdin.fileno())
+    setup = frames.next()
+    if setup is None:
+        return
+    path, parent_path, match = pickle.loads(setup)
+    # The match settings may name the parent's own normalizer functions.
+    sys.path[:] = parent_path
+
+    from forkpoint.cassettes.sqlite.store import SqliteStore
+    from forkpoint.runtime.recording.writer import CassetteWriter
+
+    try:
+        store = SqliteStore(path, create=False)
+        writer = CassetteWriter(store, pickle.loads(match))
+    except Exception as error:  # the proxy writes from its own process instead
+        sys.exit(f"forkpoint: the cassette writer process cannot start: {error}")
+    acks: int | None = sys.stdout.fileno()
+    committed = float("-inf")  # when the last commit ended
+    try:
+        while (payload := frames.next()) is not None:
+            batch = pickle.loads(payload)
+            # Idle, this commits at once; under load, once per COMMIT_EVERY, in one transaction.
+            deadline = committed + COMMIT_EVERY
+            while len(batch) < MAX_BATCH and (more := frames.before(deadline)) is not None:
+                batch += pickle.loads(more)
+            writer.write(batch)
+            committed = time.monotonic()
+            if acks is not None:
+                try:
+                    os.write(acks, HEADER.pack(len(batch)))
+                except BrokenPipeError:  # the proxy is gone: its last batches still get written
+                    acks = None
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    main()

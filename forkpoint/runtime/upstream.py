@@ -1,0 +1,136 @@
+"""The upstream sender: one method, a real pooled aiohttp implementation and a mock one.
+
+The real sender never decompresses: bodies pass through with their `Content-Encoding` so the
+agent gets the upstream's bytes and the cassette stores exactly those bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+
+from forkpoint.engine.encoding import decode_headers
+from forkpoint.errors import UpstreamError
+from forkpoint.models import Headers
+
+LARGE_BODY = 1024 * 1024
+
+
+class UpstreamResponse(Protocol):
+    status: int
+    headers: Headers
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; raises UpstreamError if the upstream cuts or stalls."""
+        ...
+
+    def release(self) -> None: ...
+
+
+class Sender(Protocol):
+    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
+        """Send a request; raises UpstreamError when no response head arrives."""
+        ...
+
+
+class _AiohttpResponse:
+    def __init__(self, response: aiohttp.ClientResponse):
+        self._response = response
+        self.status = response.status
+        self.headers: Headers = decode_headers(response.raw_headers)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._response.content.iter_any():
+                yield data
+        except (TimeoutError, aiohttp.ServerTimeoutError) as error:
+            raise UpstreamError("upstream stalled mid-response", timeout=True) from error
+        except aiohttp.ClientError as error:
+            raise UpstreamError(f"upstream cut the response: {error}") from error
+
+    def release(self) -> None:
+        self._response.release()
+
+
+class AiohttpSender:
+    """Pooled keep-alive connections to every upstream, through one `ClientSession`."""
+
+    def __init__(self, *, connect_timeout: float = 10.0, read_timeout: float = 600.0):
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout, sock_read=read_timeout
+        )
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout,
+                auto_decompress=False,
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+                # Send the agent's headers only: no User-Agent, Accept-Encoding … of our own.
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
+
+    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
+        try:
+            response = await self._client().request(
+                method, url, headers=list(headers), data=_payload(body), allow_redirects=False
+            )
+        except (TimeoutError, aiohttp.ServerTimeoutError) as error:
+            raise UpstreamError(f"upstream {url} did not answer in time", timeout=True) from error
+        except aiohttp.ClientError as error:
+            raise UpstreamError(f"cannot reach upstream {url}: {error}") from error
+        return _AiohttpResponse(response)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _payload(body: bytes) -> bytes | io.BytesIO | None:
+    # aiohttp writes a large bytes body in one blocking call; a file object goes in pieces.
+    if len(body) > LARGE_BODY:
+        return io.BytesIO(body)
+    return body or None
+
+
+# The test double: a handler returns (status, headers, chunks) for a request.
+MockHandler = Callable[[str, str, Headers, bytes], Awaitable[tuple[int, Headers, Sequence[bytes]]]]
+
+
+@dataclass
+class _MockResponse:
+    status: int
+    headers: Headers
+    _chunks: Sequence[bytes]
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        for data in self._chunks:
+            await asyncio.sleep(0)
+            yield data
+
+    def release(self) -> None:
+        pass
+
+
+class MockSender:
+    """A `Sender` for unit tests of forkpoint's own logic; records what it was sent."""
+
+    def __init__(self, handler: MockHandler):
+        self._handler = handler
+        self.sent: list[tuple[str, str, Headers, bytes]] = []
+
+    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
+        self.sent.append((method, url, headers, body))
+        status, response_headers, chunks = await self._handler(method, url, headers, body)
+        return _MockResponse(status, response_headers, chunks)
+
+    async def close(self) -> None:
+        pass
