@@ -14,7 +14,7 @@ import argparse
 import asyncio
 import cProfile
 
-from forkpoint.api import engine_config
+from forkpoint.api import Options, engine_config
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.runtime.loop_thread import until_stopped
 from forkpoint.runtime.proxy import Proxy
@@ -23,11 +23,12 @@ from forkpoint.runtime.proxy import Proxy
 async def serve(mode: str, cassette: str, upstream: str | None, run: str) -> None:
     store = SqliteStore(cassette)
     try:
-        proxy = Proxy(store, engine_config(upstream if mode == "record" else None))
-        if mode == "record":
-            proxy.sessions.start_record(run_id=run, name=run)
+        live = mode == "record"
+        proxy = Proxy(store, engine_config(Options(upstream=upstream), live=live))
+        if live:
+            await proxy.sessions.record(run_id=run, name=run)
         else:
-            proxy.sessions.start_replay(run)
+            await proxy.sessions.replay(run)
         print(await proxy.start(), flush=True)
         await until_stopped()
         await proxy.stop()

@@ -43,10 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from forkpoint import api  # noqa: E402
-from forkpoint.api.experiment import ExperimentSpec, run_experiment  # noqa: E402
-from forkpoint.cassettes.sqlite.store import SqliteStore  # noqa: E402
-from forkpoint.compare import experiment as experiment_module  # noqa: E402
-from forkpoint.compare.experiment_results import load_experiment  # noqa: E402
+from forkpoint.api import experiments as experiment_module  # noqa: E402
+from forkpoint.api.experiments import ExperimentSpec  # noqa: E402
 from forkpoint.engine.changes import Change  # noqa: E402
 
 STEPS = 20
@@ -90,8 +88,10 @@ def record_all(cassette: Path, work: Path, upstream: str, runs: int) -> None:
         requests.write_text(json.dumps(bodies(run)))
         labels = {"batch": "bench", "requests": str(requests), "marks": str(work / f"marks-{run}")}
         command = [sys.executable, str(work / "agent.py"), str(requests)]
-        result = api.record(command, cassette=cassette, upstream=upstream, name=f"run-{run}",
-                            labels=labels)  # fmt: skip
+        options = api.Options(
+            cassette=cassette, upstream=upstream, name=f"run-{run}", labels=labels
+        )
+        result = api.record(command, options)
         assert result.exit_code == 0 and result.steps == STEPS, result
 
     record(0)  # alone: processes creating one cassette at once can find it locked
@@ -129,31 +129,27 @@ def experiment(cassette: Path, work: Path, upstream: str) -> Measured:
         select=("label:batch=bench",),
         change=Change(model="gpt-4o-mini"),
         concurrency=CONCURRENCY,
-        upstream=upstream,
     )  # fmt: skip
+    options = api.Options(cassette=cassette, upstream=upstream)
     forks: dict[str, float] = {}  # run id -> seconds in api.fork
-    real_fork = experiment_module.api.fork
+    real_fork = experiment_module.fork
 
-    def timed_fork(*args: Any, **kwargs: Any) -> api.Result:
+    def timed_fork(*args: Any, **kwargs: Any) -> api.RunResult:
         started = time.perf_counter()
         result = real_fork(*args, **kwargs)
         forks[result.run_id] = time.perf_counter() - started
         return result
 
-    experiment_module.api.fork = timed_fork  # type: ignore[assignment]
+    experiment_module.fork = timed_fork  # type: ignore[assignment]
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     try:
-        name = run_experiment(spec, cassette=cassette)
+        name = api.experiment(spec, options).name
     finally:
-        experiment_module.api.fork = real_fork
+        experiment_module.fork = real_fork
     wall = time.perf_counter() - started
     used = resource.getrusage(resource.RUSAGE_SELF)
-    store = SqliteStore(cassette)
-    try:
-        report = load_experiment(store, name)
-    finally:
-        store.close()
+    report = api.experiment_results(name, options)
     summary = report.summary
     assert summary.forked == len(report.branches) and summary.failed == 0, summary
     assert all(b.diff and b.diff.b.totals.replayed_steps == FORK_AT for b in report.branches)

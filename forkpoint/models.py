@@ -10,7 +10,14 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ulid import ULID
+
 Headers = tuple[tuple[str, str], ...]
+
+
+def new_run_id() -> str:
+    """A run id that sorts by creation time (a ULID)."""
+    return str(ULID())
 
 
 class RunStatus(StrEnum):
@@ -21,11 +28,16 @@ class RunStatus(StrEnum):
 
 
 class Mode(StrEnum):
-    """How a session serves its run's traffic."""
+    """How a session serves its run's traffic (see `forkpoint.engine.session`).
+
+    A run keeps the mode it was made in (record, replay, fork); `resume` is only ever a
+    session's: a resumed run goes on in its own mode.
+    """
 
     RECORD = "record"
     REPLAY = "replay"
     FORK = "fork"
+    RESUME = "resume"
 
 
 class Origin(StrEnum):

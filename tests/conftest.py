@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.api import engine_config
 from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.engine.config import EngineConfig, Routes
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.proxy import ProxyThread
 from forkpoint.testing.upstream import ScriptedUpstream
@@ -73,7 +73,8 @@ def start_proxy(store: SqliteStore) -> Iterator:  # type: ignore[type-arg]
     threads: list[ProxyThread] = []
 
     def start(upstream_url: str | None, *, routes=None, **options):  # type: ignore[no-untyped-def]
-        thread = ProxyThread(store, engine_config(upstream_url, routes), **options)
+        config = EngineConfig(routes=Routes.of(upstream_url, routes))
+        thread = ProxyThread(store, config, **options)
         threads.append(thread)
         thread.__enter__()
         return thread

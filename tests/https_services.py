@@ -87,7 +87,7 @@ class LLMService(Service):
     """forkpoint's scripted OpenAI/Anthropic upstream, over HTTPS."""
 
     def __init__(self, ca: TestCA, host: str = HOST_A):
-        self.upstream = ScriptedUpstream()
+        self.upstream = ScriptedUpstream(chunk_delay=0.005)  # a stream in chunks
         super().__init__(self.upstream.app, ca, host)
 
 

@@ -1,8 +1,55 @@
-from forkpoint.api.verbs import *  # noqa: F403
-from forkpoint.api.verbs import (  # noqa: F401
-    DEFAULT_ROUTES,
-    DEFAULT_UPSTREAM,
-    REPLAY_KEYS,
-    _attach_workspace,
-    _run_command,
+"""forkpoint's Python API: every verb of the CLI, with the same names, for scripts, asyncio
+code and notebooks. The CLI is a thin layer over it; `forkpoint/__init__.py` re-exports it."""
+
+from forkpoint.api.changes import make_change
+from forkpoint.api.commands import afork, arecord, areplay, aresume, fork, record, replay, resume
+from forkpoint.api.experiments import ExperimentSpec, aexperiment, experiment
+from forkpoint.api.mocks import mock, parse_mock
+from forkpoint.api.options import Options, cassette_path, engine_config
+from forkpoint.api.reading import (
+    diff,
+    experiment_list,
+    experiment_results,
+    export_run,
+    import_run,
+    runs,
+    show,
+    snapshots,
 )
+from forkpoint.api.results import Imported, RunRecord, RunResult, RunSnapshots
+from forkpoint.api.serving import Serving, aserve, serve
+
+__all__ = [
+    "ExperimentSpec",
+    "Imported",
+    "Options",
+    "RunRecord",
+    "RunResult",
+    "RunSnapshots",
+    "Serving",
+    "aexperiment",
+    "afork",
+    "arecord",
+    "areplay",
+    "aresume",
+    "aserve",
+    "cassette_path",
+    "diff",
+    "engine_config",
+    "experiment",
+    "experiment_list",
+    "experiment_results",
+    "export_run",
+    "fork",
+    "import_run",
+    "make_change",
+    "mock",
+    "parse_mock",
+    "record",
+    "replay",
+    "resume",
+    "runs",
+    "serve",
+    "show",
+    "snapshots",
+]

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterable
 
+from forkpoint.cassettes.blobs import content_hash
 from forkpoint.cassettes.store import StoredBranch, StoredExperiment
 from forkpoint.errors import CassetteError, ConfigError, RunNotFound
 from forkpoint.models import Exchange, Run, RunStatus, Snapshot
@@ -100,6 +101,17 @@ class MemoryStore:
         with self._lock:
             self._open()
             return len(self._exchanges.get(run_id, {}))
+
+    def next_step(self, run_id: str) -> int:
+        with self._lock:
+            self._open()
+            return max(self._exchanges.get(run_id, {}), default=-1) + 1
+
+    def response_keys(self, run_id: str) -> dict[int, str]:
+        with self._lock:
+            self._open()
+            steps = self._exchanges.get(run_id, {})
+            return {step: content_hash(e.response_body) for step, e in steps.items()}
 
     def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
         """A run's exchanges in step order; bodies are always there (they cost nothing here)."""

@@ -57,11 +57,20 @@ class Store(Protocol):
         """Store completed exchanges, all in one transaction."""
         ...
 
+    def response_keys(self, run_id: str) -> dict[int, str]:
+        """Per step of a run, a key equal for equal response bodies (their content hashes),
+        read without loading the bodies."""
+        ...
+
     def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
         """A run's exchanges in step order; `bodies=False` skips loading request/response bytes."""
         ...
 
     def step_count(self, run_id: str) -> int: ...
+
+    def next_step(self, run_id: str) -> int:
+        """The step after the run's highest (0 for none): a crash may have left gaps."""
+        ...
 
     def add_snapshot(self, snapshot: Snapshot) -> None: ...
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from forkpoint.cli.main import reports_errors
+from forkpoint.cli.options import reports_errors
 from forkpoint.runtime.intercept import require_mitmproxy
 
 HOW_TO_TRUST = """\

@@ -1,7 +1,4 @@
-"""`forkpoint diff`: compare two runs in the terminal, as JSON or as an HTML page.
-
-forkpoint.cli registers this command after defining the shared options it uses.
-"""
+"""`forkpoint diff`: compare two runs in the terminal, as JSON or as an HTML page."""
 
 from __future__ import annotations
 
@@ -10,9 +7,8 @@ from pathlib import Path
 import click
 import orjson
 
-from forkpoint.api import cassette_path
-from forkpoint.cassettes.sqlite.store import SqliteStore
-from forkpoint.cli.main import cassette_option, reports_errors
+from forkpoint import api
+from forkpoint.cli.options import cassette_option, reports_errors
 
 
 @click.command()
@@ -41,15 +37,10 @@ def diff(
     # Imported here: every forkpoint command imports this module, only diff needs rich.
     from rich.console import Console
 
-    from forkpoint.compare.diff import diff_stored
     from forkpoint.compare.html import diff_html
     from forkpoint.compare.render import diff_json, print_diff
 
-    store = SqliteStore(cassette_path(cassette), create=False)
-    try:
-        result = diff_stored(store, a, b)
-    finally:
-        store.close()
+    result = api.diff(a, b, api.Options(cassette=cassette))
     if html_file is not None:
         html_file.write_text(diff_html(result), encoding="utf-8")
     if as_json:

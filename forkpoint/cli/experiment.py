@@ -1,7 +1,4 @@
-"""`forkpoint experiment`: fork many runs with one change, then `show` or `list` the results.
-
-forkpoint.cli registers this group after defining the shared options it uses.
-"""
+"""`forkpoint experiment`: fork many runs with one change, then `show` or `list` the results."""
 
 from __future__ import annotations
 
@@ -12,14 +9,20 @@ from typing import Any
 import click
 import orjson
 
-from forkpoint.api import cassette_path
-from forkpoint.api.experiment import ExperimentSpec, run_experiment
-from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint import api
 from forkpoint.cassettes.store import StoredBranch
-from forkpoint.cli.fork import change_options
-from forkpoint.cli.main import cassette_option, parse_pairs, reports_errors, upstream_options
+from forkpoint.cli.options import (
+    cassette_option,
+    change_options,
+    pace_option,
+    parse_pairs,
+    parse_routes,
+    reports_errors,
+    upstream_options,
+)
+from forkpoint.compare.experiment_results import Experiment
 from forkpoint.engine.changes import Change
-from forkpoint.engine.decide import OnDivergence
+from forkpoint.engine.config import OnDivergence
 from forkpoint.engine.pace import Pace
 from forkpoint.models import Run
 
@@ -60,15 +63,13 @@ def _json(document: Any) -> None:
     click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode())
 
 
-def _report(store: SqliteStore, name: str, as_json: bool, html_file: Path | None) -> None:
+def _report(experiment: Experiment, as_json: bool, html_file: Path | None) -> None:
     # Imported here: every forkpoint command imports this module, only these need rich.
     from rich.console import Console
 
     from forkpoint.compare.experiment_html import experiment_html
     from forkpoint.compare.experiment_render import experiment_json, print_experiment
-    from forkpoint.compare.experiment_results import load_experiment
 
-    experiment = load_experiment(store, name)
     if html_file is not None:
         html_file.write_text(experiment_html(experiment), encoding="utf-8")
     if as_json:
@@ -119,7 +120,7 @@ html_option = click.option(
 @click.option("--name", help="A name for the experiment [default: exp-DATE-TIME].")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Put on each branch.")
 @upstream_options
-@click.option("--pace", default="fast", show_default=True, help="Replayed stream timing.")
+@pace_option
 @json_option
 @html_option
 @click.pass_context
@@ -128,7 +129,8 @@ def experiment(
     ctx: click.Context, cassette: str | None, filters: tuple[str, ...], at: str | None,
     spec: dict[str, Any], change: Change, on_divergence: OnDivergence, restore: bool,
     check: str | None, concurrency: int, name: str | None, labels: tuple[str, ...],
-    upstream: str, routes: tuple[str, ...], pace: str, as_json: bool, html_file: Path | None,
+    upstream: str | None, routes: tuple[str, ...], pace: str, as_json: bool,
+    html_file: Path | None,
 ) -> None:  # fmt: skip
     """Fork each selected run with one change, then tally what changed and what it cost.
 
@@ -153,7 +155,7 @@ def experiment(
     step = at if at is not None else spec.get("at")
     if step is None:
         raise click.UsageError("give the fork step: --at STEP|first-llm|last-llm", ctx)
-    experiment_spec = ExperimentSpec(
+    experiment_spec = api.ExperimentSpec(
         command=ctx.meta["experiment.command"],
         at=str(step),
         runs=ctx.meta["experiment.runs"],
@@ -162,10 +164,13 @@ def experiment(
         check=check,
         concurrency=concurrency,
         name=name or spec.get("name"),
+    )
+    options = api.Options(
+        cassette=cassette,
         on_divergence=on_divergence,
         restore=restore,
         upstream=upstream,
-        routes={**spec.get("route", {}), **parse_pairs(routes, "--route")},
+        routes={**spec.get("route", {}), **parse_routes(routes)},
         labels={**spec.get("label", {}), **parse_pairs(labels, "--label")},
         pace=Pace.parse(pace),
     )
@@ -180,14 +185,11 @@ def experiment(
             err=True,
         )
 
-    stored = run_experiment(experiment_spec, cassette=cassette, on_branch=progress)
-    store = SqliteStore(cassette_path(cassette), create=False)
-    try:
-        _report(store, stored, as_json, html_file)
-    finally:
-        store.close()
+    results = api.experiment(experiment_spec, options, on_branch=progress)
+    _report(results, as_json, html_file)
     click.echo(
-        f"forkpoint: experiment {stored} stored (forkpoint experiment show {stored})", err=True
+        f"forkpoint: experiment {results.name} stored (forkpoint experiment show {results.name})",
+        err=True,
     )
 
 
@@ -202,11 +204,7 @@ def show(cassette: str | None, name: str, as_json: bool, html_file: Path | None)
 
     Example: forkpoint experiment show mini --html mini.html
     """
-    store = SqliteStore(cassette_path(cassette), create=False)
-    try:
-        _report(store, name, as_json, html_file)
-    finally:
-        store.close()
+    _report(api.experiment_results(name, api.Options(cassette=cassette)), as_json, html_file)
 
 
 @experiment.command("list")
@@ -218,27 +216,21 @@ def list_command(cassette: str | None, as_json: bool) -> None:
 
     Example: forkpoint experiment list
     """
-    store = SqliteStore(cassette_path(cassette), create=False)
-    try:
-        found = [store.get_experiment(e.name) for e in store.list_experiments()]
-    finally:
-        store.close()
+    found = api.experiment_list(api.Options(cassette=cassette))
     if as_json:
         _json([
             {
                 "name": e.name, "created_at": e.created_at, "ended_at": e.ended_at,
-                "runs": len(branches), "failed": sum(1 for b in branches if b.error is not None),
-                "spec": e.spec,
+                "runs": runs, "failed": failed, "spec": e.spec,
             }
-            for e, branches in found
+            for e, runs, failed in found
         ])  # fmt: skip
         return
-    for e, branches in found:
+    for e, runs, failed in found:
         when = datetime.datetime.fromtimestamp(e.created_at).strftime("%Y-%m-%d %H:%M")
-        failed = sum(1 for b in branches if b.error is not None)
         state = "" if e.ended_at is not None else "  (interrupted)"
         click.echo(
-            f"{e.name:28}  {when}  {len(branches):>4} runs  {failed:>3} failed  "
+            f"{e.name:28}  {when}  {runs:>4} runs  {failed:>3} failed  "
             f"at {e.spec['at']}  {_change_text(e.spec['change'])}{state}"
         )
     if not found:

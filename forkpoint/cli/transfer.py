@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from forkpoint import api
-from forkpoint.cassettes.transfer import FORMATS, export_run, import_file
-from forkpoint.cli.main import cassette_option, reports_errors
+from forkpoint.cassettes.transfer import FORMATS
+from forkpoint.cli.options import cassette_option, parse_routes, reports_errors
 
 
 @click.command("export")
@@ -29,7 +29,7 @@ def export_command(cassette: str | None, run: str, fmt: str, output: str | None)
 
     Example: forkpoint export ticket-1 -o tests/cassettes/test_agent/test_ticket.yaml
     """
-    content = export_run(run, fmt=fmt, cassette=api.cassette_path(cassette))
+    content = api.export_run(run, fmt=fmt, options=api.Options(cassette=cassette))
     if output is None:
         click.echo(content, nl=False)
         return
@@ -62,18 +62,13 @@ def import_command(
 
     Example: forkpoint import tests/cassettes/test_agent/test_ticket.yaml --name ticket-1
     """
-    pairs = {}
-    for pair in routes:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not NAME=URL", param_hint="--route")
-        pairs[key] = value
-    run, steps = import_file(
+    imported = api.import_run(
         file,
-        cassette=api.cassette_path(cassette),
         fmt=None if fmt == "auto" else fmt,
         name=name,
-        routes=pairs,
+        routes=parse_routes(routes),
+        options=api.Options(cassette=cassette),
     )
-    click.echo(f"forkpoint: imported run {run.id} ({run.name}), {steps} steps", err=True)
+    run = imported.run
+    click.echo(f"forkpoint: imported run {run.id} ({run.name}), {imported.steps} steps", err=True)
     click.echo(run.id)

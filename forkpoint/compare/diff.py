@@ -24,7 +24,7 @@ from itertools import zip_longest
 
 import orjson
 
-from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.cassettes.store import Store
 from forkpoint.compare.cost import RunTotals, exchange_cost, run_totals
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 from forkpoint.models import Exchange, Kind, Run, ToolCall, Usage
@@ -136,7 +136,7 @@ class RunDiff:
         return self.first_difference is None and self.answers_match
 
 
-def diff_stored(store: SqliteStore, a_ref: str, b_ref: str) -> RunDiff:
+def diff_stored(store: Store, a_ref: str, b_ref: str) -> RunDiff:
     """Diff two runs of a cassette, each given by id, id prefix or name.
 
     Bodies are not loaded, since each model request of a long run resends its whole history:
@@ -146,12 +146,9 @@ def diff_stored(store: SqliteStore, a_ref: str, b_ref: str) -> RunDiff:
     """
     a_run, b_run = store.find_run(a_ref), store.find_run(b_ref)
     stored = {
-        (run_id, step): hashes
+        (run_id, step): key
         for run_id in (a_run.id, b_run.id)
-        for step, hashes in store.query(
-            "SELECT step, response_body FROM exchanges WHERE run_id = ? AND kind != 'llm'",
-            (run_id,),
-        )
+        for step, key in store.response_keys(run_id).items()
     }
     return diff_runs(
         a_run,

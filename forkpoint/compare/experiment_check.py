@@ -6,16 +6,13 @@ forked from as `parent`, and for each parent too (with `parent` None), so a repo
 whether a check that held before the change still holds after it. A check that raises, or
 returns anything else, is reported for that run; the experiment goes on.
 
-The module is imported as `python -m` would import it: the current directory comes first, so
+The module is imported as `python -m` would import it (`forkpoint.importing`), so
 `examples.support_agent.checks:refund_follows_policy` works from a checkout.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import importlib
-import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +20,7 @@ from typing import Any
 import orjson
 
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
-from forkpoint.errors import ConfigError
+from forkpoint.importing import load_function
 from forkpoint.models import Exchange, Kind, Run, ToolCall
 
 __all__ = ["Check", "CheckResult", "CheckRun", "load_check"]
@@ -97,18 +94,7 @@ class Check:
 
 def load_check(ref: str) -> Check:
     """The function `package.module:function` names; a bad name is a ConfigError."""
-    module_name, sep, name = ref.partition(":")
-    if not sep or not module_name or not name:
-        raise ConfigError(f"--check {ref!r}: expected package.module:function")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        function = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as error:
-        raise ConfigError(f"--check {ref!r}: cannot load it: {error}") from error
-    if not callable(function):
-        raise ConfigError(f"--check {ref!r} is not callable")
-    return Check(ref, function)
+    return Check(ref, load_function(ref, what=f"--check {ref!r}"))
 
 
 def _decoded(exchange: Exchange) -> Any:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.cassettes.store import Store
 from forkpoint.compare.cost import RunTotals
 from forkpoint.compare.diff import RunDiff, diff_stored
 from forkpoint.compare.experiment_check import CheckResult
@@ -125,7 +125,7 @@ class Experiment:
         return summarize(self.branches, checked=self.spec.get("check") is not None)
 
 
-def load_experiment(store: SqliteStore, name: str) -> Experiment:
+def load_experiment(store: Store, name: str) -> Experiment:
     """The experiment `name` with each branch diffed against its parent."""
     stored, rows = store.get_experiment(name)
     branches = []

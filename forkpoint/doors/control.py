@@ -12,18 +12,15 @@ import orjson
 from aiohttp import web
 
 from forkpoint.adapters.http import HttpAdapter
-from forkpoint.adapters.protocol import State
-from forkpoint.engine.decide import Session, restore
-from forkpoint.runtime.recording.recorder import Recorder
-from forkpoint.runtime.snapshots import Snapshotter
+from forkpoint.doors.ports import Snapshots
+from forkpoint.engine.session import Session
 
 PREFIX = "/_forkpoint/"
 
 
 class Control:
-    def __init__(self, snapshotter: Snapshotter, recorder: Recorder):
-        self.snapshotter = snapshotter
-        self.recorder = recorder
+    def __init__(self, snapshots: Snapshots):
+        self.snapshots = snapshots
         self._client: aiohttp.ClientSession | None = None
 
     def client(self) -> aiohttp.ClientSession:
@@ -31,28 +28,23 @@ class Control:
             self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         return self._client
 
-    async def handle(self, request: web.Request, session: Session, route: str) -> web.Response:
+    async def handle(
+        self, request: web.Request, session: Session, route: str, body: bytes
+    ) -> web.Response:
         if route.rstrip("/") == PREFIX + "adapters" and request.method == "POST":
-            return await self._register(request, session)
+            return await self._register(session, body)
         return _error(404, f"forkpoint has no endpoint {request.method} {route}")
 
-    async def _register(self, request: web.Request, session: Session) -> web.Response:
+    async def _register(self, session: Session, body: bytes) -> web.Response:
         try:
-            body = orjson.loads(await request.read())
-            url, name = str(body["url"]), str(body.get("name", "agent"))
+            fields = orjson.loads(body)
+            url, name = str(fields["url"]), str(fields.get("name", "agent"))
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return _error(400, 'register an adapter with {"url": "http://…/state", "name": …}')
-        adapter = HttpAdapter(url, self.client(), name=name)
-        snapshot, replayed = restore(session, name)
-        if snapshot is not None:
-            try:
-                await adapter.restore(State(snapshot.content_type, snapshot.data))
-            except aiohttp.ClientError as error:
-                return _error(502, f"forkpoint could not restore state at {url}: {error}")
-        for exchange in replayed:
-            self.recorder.submit(exchange)
-        self.snapshotter.register(session.run.id, adapter)
-        step = None if snapshot is None else snapshot.step
+        try:
+            step = await self.snapshots.attach(session, HttpAdapter(url, self.client(), name=name))
+        except aiohttp.ClientError as error:
+            return _error(502, f"forkpoint could not restore state at {url}: {error}")
         return web.json_response({"run": session.run.id, "restored_step": step})
 
     async def close(self) -> None:

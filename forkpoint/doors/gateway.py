@@ -1,48 +1,77 @@
-"""The base-URL front door: an aiohttp server that turns requests into engine actions.
+"""The front door: an aiohttp server that turns requests into engine actions and carries them out.
 
-It translates an aiohttp request into the engine's `Request`, asks `decide`, and carries out
-the action: stream the upstream's response to the agent chunk by chunk while teeing it into an
-exchange, serve a recorded exchange, or answer with the engine's error. It holds no replay
-logic of its own.
+A request becomes the engine's `Request`; `decide` answers with an action; the action becomes
+a stream of response events (from the upstream, from a serve plan over the cassette, from a
+mock or from forkpoint's own error), and a `Tee` turns each event into what to send the agent
+and when to commit the exchange. The gateway only translates and carries out: every rule of a
+response's life (tee, end, cut, hang-up, pacing, re-cutting, failures) is the engine's.
+
+Requests reach it two ways. An agent's base URL points here (`/v1/...`, `/anthropic/...`,
+`/r/RUN/...`); and the interceptor (`forkpoint.doors.interceptor`) hands it every request it
+intercepts, marked with the interceptor's secret and the request's origin, so both ways share
+this one door.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hmac
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import assert_never
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
+from forkpoint.doors.mocks import run_mock
+from forkpoint.doors.ports import Recorder, Sender, Sessions, Snapshots
+from forkpoint.engine.config import DEFAULT_MAX_BODY, RUN_HEADER, EngineConfig, Routes
 from forkpoint.engine.decide import (
-    DEFAULT_MAX_BODY,
-    RUN_HEADER,
-    EngineConfig,
+    Action,
     Fail,
     Forward,
     Mock,
     Request,
     Serve,
     decide,
+    error_reply,
+    snapshot_point,
 )
-from forkpoint.engine.dialects import dialect_for
-from forkpoint.engine.encoding import decode_headers, header
-from forkpoint.engine.mocks import MockRequest, run_mock
+from forkpoint.engine.encoding import decode_headers
+from forkpoint.engine.lifecycle import (
+    Body,
+    Command,
+    Commit,
+    Cut,
+    Drop,
+    End,
+    Event,
+    HangUp,
+    Head,
+    NoAnswer,
+    SendBody,
+    SendEnd,
+    SendHead,
+    Tee,
+    answer,
+    serve_plan,
+)
+from forkpoint.engine.mocks import MockRequest
 from forkpoint.engine.pace import Pace
-from forkpoint.engine.redaction import REDACTED, end_to_end, redact_headers
 from forkpoint.errors import ConfigError, UpstreamError
-from forkpoint.models import Chunk, Exchange, Headers
-from forkpoint.runtime.recording.recorder import Recorder
-from forkpoint.runtime.sessions import Sessions
-from forkpoint.runtime.snapshots import Snapshotter
-from forkpoint.runtime.upstream import Sender
 
 log = logging.getLogger(__name__)
 
 RUN_PREFIX = "/r/"
+# What the interceptor adds to each request it hands over: its secret, and where the request
+# was going (`https://host[:port]`). Only a request with the secret may name an origin: anyone
+# else's is an ordinary request, so no stranger can make the proxy fetch a URL of their choice.
+INTERCEPT_HEADER = "x-forkpoint-intercept"
+ORIGIN_HEADER = "x-forkpoint-origin"
 
 
 class Gateway:
@@ -53,213 +82,174 @@ class Gateway:
         config: EngineConfig,
         sender: Sender,
         recorder: Recorder,
-        snapshotter: Snapshotter,
+        snapshots: Snapshots,
         pace: Pace = Pace(),
         max_body: int = DEFAULT_MAX_BODY,
+        intercept_secret: str | None = None,
     ):
         self.sessions = sessions
-        self.snapshotter = snapshotter
-        self.control = Control(snapshotter, recorder)
         self.config = config
         self.sender = sender
         self.recorder = recorder
+        self.snapshots = snapshots
+        self.control = Control(snapshots)
         self.pace = pace
         self.max_body = max_body
+        self._secret = intercept_secret
         self.app = web.Application(client_max_size=max_body)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        run_id, route = split_run(request.raw_path, request.headers.get(RUN_HEADER))
-        try:
-            session = self.sessions.get(run_id)
-        except ConfigError as error:
-            return web.json_response({"error": {"message": str(error)}}, status=400)
+        started = time.perf_counter()
+        config, run_id, route = self._target(request)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             message = f"forkpoint: request body over the {self.max_body} byte limit (--max-body)"
-            return web.json_response({"error": {"message": message}}, status=413)
+            return _error(request.method, route, 413, message, "forkpoint_body_too_large")
+        try:
+            session = await self.sessions.get(run_id)
+        except ConfigError as error:
+            return _error(request.method, route, 400, f"forkpoint: {error}", "forkpoint_run")
         if route.startswith(CONTROL_PREFIX):
-            return await self.control.handle(request, session, route)
+            return await self.control.handle(request, session, route, body)
         ours = Request(request.method, route, decode_headers(request.raw_headers), body)
-        action = decide(session, ours, self.config)
+        action = decide(session, ours, config)
+        keep = not isinstance(action, Serve) or action.keep
+        tee = Tee(action.record, started, keep=keep, redact=config.redact_headers)
+        llm = snapshot_point(action)
+        pulls = (
+            []
+            if llm is None
+            else self.snapshots.on_request(session.run.id, action.record.step, llm=llm)
+        )
+        return await self._respond(request, tee, self._events(action, started), pulls)
+
+    def _target(self, request: web.Request) -> tuple[EngineConfig, str | None, str]:
+        """The engine config, run id and route of a request: the interceptor's carry the
+        origin they were going to, which alone serves them; the agents' are as they came."""
+        origin = request.headers.get(ORIGIN_HEADER)
+        secret = request.headers.get(INTERCEPT_HEADER, "")
+        if origin is not None and self._secret and hmac.compare_digest(secret, self._secret):
+            netloc = urlsplit(origin).netloc
+            routes = Routes(prefixes={netloc: origin})
+            route = f"/{netloc}{request.raw_path}"
+            return (
+                dataclasses.replace(self.config, routes=routes),
+                request.headers.get(RUN_HEADER),
+                route,
+            )
+        run_id, route = split_run(request.raw_path, request.headers.get(RUN_HEADER))
+        return self.config, run_id, route
+
+    async def _respond(
+        self,
+        request: web.Request,
+        tee: Tee,
+        events: AsyncIterator[Event],
+        pulls: list[asyncio.Task[None]],
+    ) -> web.StreamResponse:
+        """Feed the action's events to the tee and carry out its commands, until the response
+        ends or the agent leaves."""
+        response: web.StreamResponse | None = None
+        try:
+            async for event in events:
+                if pulls and isinstance(event, Head):
+                    await asyncio.gather(*pulls)  # the agent's state is read before it is answered
+                for command in tee.feed(event, time.perf_counter()):
+                    response = await self._carry_out(command, request, response)
+        except (ConnectionError, asyncio.CancelledError) as error:
+            # the agent hung up (aiohttp cancels the handler of a closed connection)
+            for command in tee.feed(
+                HangUp(str(error) or type(error).__name__), time.perf_counter()
+            ):
+                await self._carry_out(command, request, response)
+            if isinstance(error, asyncio.CancelledError):
+                raise
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+        # After a drop before any head there is nothing to send: aiohttp finds the
+        # connection closed and sends nothing.
+        return response or web.Response(status=502)
+
+    async def _carry_out(
+        self, command: Command, request: web.Request, response: web.StreamResponse | None
+    ) -> web.StreamResponse | None:
+        match command:
+            case SendHead(status, headers):
+                response = web.StreamResponse(status=status, headers=headers)
+                await response.prepare(request)
+            case SendBody(data):
+                assert response is not None
+                await response.write(data)
+            case SendEnd():
+                assert response is not None
+                await response.write_eof()
+            case Drop():
+                if request.transport is not None:
+                    request.transport.abort()
+            case Commit(exchange):
+                self.recorder.submit(exchange)
+            case _:
+                assert_never(command)
+        return response
+
+    async def _events(self, action: Action, started: float) -> AsyncIterator[Event]:
         match action:
             case Forward():
-                pulls = self.snapshotter.on_request(
-                    session.run.id, action.record.step, llm=action.llm
-                )
-                return await self._forward(request, action, pulls)
+                async for event in self._forwarded(action):
+                    yield event
             case Serve():
-                return await self._serve(request, action)
+                for delay, event in serve_plan(action.recorded, self.pace):
+                    wait = started + delay - time.perf_counter()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    yield event
             case Mock():
-                pulls = self.snapshotter.on_request(session.run.id, action.record.step, llm=False)
-                return await self._mock(request, action, pulls)
+                for event in await self._mocked(action):
+                    yield event
             case Fail():
-                self.recorder.submit(action.record)
-                return web.Response(status=action.status, headers=action.headers, body=action.body)
+                for event in answer(action.status, action.headers, action.body):
+                    yield event
             case _:
                 assert_never(action)
 
-    async def _forward(
-        self, request: web.Request, action: Forward, pulls: list[asyncio.Task[None]]
-    ) -> web.StreamResponse:
-        record = action.record
-        started = time.perf_counter()
+    async def _forwarded(self, action: Forward) -> AsyncIterator[Event]:
+        request = action.record
         try:
             upstream = await self.sender.send(
                 request.method, action.url, action.headers, action.body
             )
         except UpstreamError as error:
-            return self._upstream_failed(record, error, started)
-        record.ttfb_ms = _ms_since(started)
-        if pulls:  # the agent's state must be read before it sees the answer
-            await asyncio.gather(*pulls)
-        record.status = upstream.status
-        passed = end_to_end(upstream.headers)
-        record.response_headers = redact_headers(passed, self.config.redact_headers)
-        response = web.StreamResponse(status=upstream.status, headers=passed)
-        streamed = _is_stream(upstream.headers)
-        chunks: list[Chunk] = []
-        received_all = submitted = False
-
-        def submit() -> None:
-            nonlocal submitted
-            if not submitted:
-                submitted = True
-                upstream.release()
-                record.duration_ms = _ms_since(started)
-                record.response_body = b"".join(c.data for c in chunks)
-                record.chunks = chunks if streamed else None
-                self.recorder.submit(record)
-
-        try:
-            await response.prepare(request)
-            async for data in upstream.chunks():
-                chunks.append(Chunk(_ms_since(started), data))
-                await response.write(data)
-            received_all = True
-            submit()  # before the body's end: once the agent has its answer, it is on record
-            await response.write_eof()
-        except UpstreamError as error:
-            record.complete, record.error = False, str(error)
-            _abort(request)
-        except ConnectionError as error:
-            # SDKs hang up as soon as they read `[DONE]`, before the body's end marker: the
-            # exchange is complete if the upstream's whole response was passed on.
-            if not received_all:
-                record.complete, record.error = False, f"client disconnected: {error}"
-        finally:
-            submit()
-        return response
-
-    def _upstream_failed(
-        self, record: Exchange, error: UpstreamError, started: float
-    ) -> web.Response:
-        status, headers, body = upstream_failed(
-            record, f"forkpoint: {error}", timeout=error.timeout
-        )
-        record.duration_ms = _ms_since(started)
-        self.recorder.submit(record)
-        return web.Response(status=status, headers=headers, body=body)
-
-    async def _serve(self, request: web.Request, action: Serve) -> web.StreamResponse:
-        recorded, record = action.recorded, action.record
-        started = time.perf_counter()
-        headers = take_recorded(record, recorded)
-        response = web.StreamResponse(status=recorded.status or 502, headers=headers)
-        sent_all = False
-        submitted = not action.keep  # a resume's own steps are on record already
-
-        def submit() -> None:
-            nonlocal submitted
-            if not submitted:
-                submitted = True
-                record.duration_ms = _ms_since(started)
-                self.recorder.submit(record)
-
-        try:
-            await response.prepare(request)
-            record.ttfb_ms = _ms_since(started)
-            if recorded.chunks is None:
-                await response.write(recorded.response_body)
-            else:
-                record.chunks = []
-                for chunk in recorded.chunks:
-                    await self._wait_for(chunk.offset_ms, started)
-                    record.chunks.append(Chunk(_ms_since(started), chunk.data))
-                    await response.write(chunk.data)
-            sent_all = True
-            submit()
-            if recorded.complete:
-                await response.write_eof()
-            else:  # it was cut when recorded: cut it again, so the agent sees what it saw
-                _abort(request)
-        except ConnectionError as error:
-            if not sent_all:
-                record.complete, record.error = False, f"client disconnected: {error}"
-        finally:
-            submit()
-        return response
-
-    async def _mock(
-        self, request: web.Request, action: Mock, pulls: list[asyncio.Task[None]]
-    ) -> web.Response:
-        status, headers, body = await answer_mock(action)
-        if pulls:
-            await asyncio.gather(*pulls)
-        self.recorder.submit(action.record)
-        return web.Response(status=status, headers=headers, body=body)
-
-    async def _wait_for(self, offset_ms: float, started: float) -> None:
-        if self.pace.factor is None:
+            yield NoAnswer(f"forkpoint: {error}")
             return
-        delay = offset_ms / 1000 / self.pace.factor - (time.perf_counter() - started)
-        if delay > 0:
-            await asyncio.sleep(delay)
+        try:
+            yield Head(upstream.status, upstream.headers)
+            try:
+                async for data in upstream.chunks():
+                    yield Body(data)
+            except UpstreamError as error:
+                yield Cut(str(error))
+                return
+            yield End()
+        finally:
+            upstream.release()
 
-
-# What a front door answers, and records, for an action: shared with the interceptor.
-
-
-def upstream_failed(
-    record: Exchange, message: str, *, timeout: bool = False
-) -> tuple[int, Headers, bytes]:
-    """Record an upstream that sent no response as the dialect's 502 (504 when it timed out)."""
-    status = 504 if timeout else 502
-    dialect = dialect_for(record.method, record.route.partition("?")[0])
-    headers, body = dialect.error_response(status, message, error_type="forkpoint_upstream")
-    record.status, record.response_headers, record.response_body = status, headers, body
-    record.error, record.complete = message, False
-    return status, headers, body
-
-
-def take_recorded(record: Exchange, recorded: Exchange) -> Headers:
-    """Record the recorded response served; the headers to send, redacted ones left out."""
-    record.status, record.response_headers = recorded.status, recorded.response_headers
-    record.response_body, record.error = recorded.response_body, recorded.error
-    record.complete, record.upstream = recorded.complete, recorded.upstream
-    record.summary = recorded.summary
-    return tuple((k, v) for k, v in recorded.response_headers if v != REDACTED)
-
-
-async def answer_mock(action: Mock) -> tuple[int, Headers, bytes]:
-    """Run the mock's callable for the request and record its answer."""
-    record, ours = action.record, action.request
-    started = time.perf_counter()
-    try:
-        answer = await run_mock(
-            action.rule, MockRequest(ours.method, ours.route, ours.headers, ours.body)
-        )
-        status, headers, body = answer.status, answer.headers, answer.body
-    except Exception as error:  # the user's code: any failure becomes a clear 500
-        message = f"forkpoint: mock {action.rule.text!r} raised {type(error).__name__}: {error}"
-        log.warning("%s (run %s, step %d)", message, record.run_id, record.step)
-        dialect = dialect_for(record.method, record.route.partition("?")[0])
-        headers, body = dialect.error_response(500, message, error_type="forkpoint_mock")
-        status, record.error = 500, message
-    record.status, record.response_headers, record.response_body = status, headers, body
-    record.ttfb_ms = record.duration_ms = _ms_since(started)
-    return status, headers, body
+    async def _mocked(self, action: Mock) -> list[Event]:
+        ours, record = action.request, action.record
+        try:
+            mocked = await run_mock(
+                action.rule, MockRequest(ours.method, ours.route, ours.headers, ours.body)
+            )
+        except Exception as error:  # the user's code: any failure becomes a clear 500
+            message = f"forkpoint: mock {action.rule.text!r} raised {type(error).__name__}: {error}"
+            log.warning("%s (run %s, step %d)", message, record.run_id, record.step)
+            record.error = message
+            headers, body = error_reply(
+                record.method, record.route, 500, message, error_type="forkpoint_mock"
+            )
+            return answer(500, headers, body)
+        return answer(mocked.status, mocked.headers, mocked.body)
 
 
 def split_run(raw_path: str, run_header: str | None) -> tuple[str | None, str]:
@@ -270,15 +260,8 @@ def split_run(raw_path: str, run_header: str | None) -> tuple[str | None, str]:
     return run_header, raw_path
 
 
-def _is_stream(headers: Headers) -> bool:
-    content_type = header(headers, "content-type") or ""
-    return content_type.startswith("text/event-stream") or header(headers, "content-length") is None
-
-
-def _abort(request: web.Request) -> None:
-    if request.transport is not None:
-        request.transport.abort()
-
-
-def _ms_since(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)
+def _error(method: str, route: str, status: int, message: str, error_type: str) -> web.Response:
+    """forkpoint's own error before any decision (a bad run id, a body too large), in the shape
+    of the API the request was for."""
+    headers, body = error_reply(method, route, status, message, error_type=error_type)
+    return web.Response(status=status, headers=headers, body=body)

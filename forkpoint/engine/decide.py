@@ -1,47 +1,27 @@
-"""The engine decides, the front doors act: sans-io record, replay and fork logic.
+"""The engine decides, the front doors act: what to do with one request of a session.
 
-Given a session and a request, `decide` returns one action — forward it upstream (with the
-fork's change applied), serve a recorded or mocked exchange, run a mock callable, or fail with
-a divergence report — together with the exchange record the front door completes and hands to
-the recorder. It imports no aiohttp, mitmproxy or sqlite, so every rule here is tested with
-plain data.
-
-A session replays its source run while it is not live: a request is answered with the earliest
-unserved recorded exchange that has its fingerprint. It goes live at its fork step (a fork),
-at the first request the recording lacks when the divergence policy is `live`, or never (a
-replay, where such a request fails). A recording session is live from its first step.
+`decide` returns one action — forward the request upstream (the fork's change applied), serve
+a recorded or mocked exchange, run a mock callable, or fail with forkpoint's own error (a
+divergence report) — carrying the exchange record the response will complete (see
+`lifecycle`). It imports no aiohttp, mitmproxy or sqlite, so every rule is tested with plain
+data.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import deque
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 
 from forkpoint.engine import changes, matching
-from forkpoint.engine.changes import Change
+from forkpoint.engine.config import DIVERGENCE_STATUS, GATEWAY_HEADERS, EngineConfig, OnDivergence
 from forkpoint.engine.dialects import GENERIC, dialect_for
 from forkpoint.engine.divergence import Divergence, find_divergence
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
-from forkpoint.engine.matching import MatchConfig
 from forkpoint.engine.mocks import MockKind, MockRule, first_match
-from forkpoint.engine.redaction import (
-    CREDENTIAL_HEADERS,
-    CREDENTIAL_QUERY,
-    end_to_end,
-    redact_headers,
-    redact_route,
-)
+from forkpoint.engine.redaction import end_to_end, redact_headers, redact_route
+from forkpoint.engine.session import Session
 from forkpoint.errors import ConfigError
-from forkpoint.models import Exchange, Headers, Mode, Origin, Run, RunStatus, Snapshot
-
-RUN_HEADER = "x-forkpoint-run"
-# Headers the gateway owns: never forwarded upstream.
-GATEWAY_HEADERS = frozenset({RUN_HEADER, "host", "content-length"})
-DIVERGENCE_STATUS = 400
-# The largest request body a front door accepts (it reads a request whole, to match it).
-DEFAULT_MAX_BODY = 256 * 1024 * 1024
+from forkpoint.models import Exchange, Headers, Mode, Origin, RunStatus, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,43 +35,9 @@ class Request:
 
 
 @dataclass(frozen=True, slots=True)
-class Routes:
-    """Where requests go: by first path segment (`/anthropic/...`), else to `default`."""
-
-    default: str | None = None
-    prefixes: dict[str, str] = field(default_factory=dict)
-
-    def resolve(self, route: str, *, default: str | None = None) -> str | None:
-        """The upstream URL for a route, or None when no upstream serves it. `default`
-        overrides every upstream (a fork's `--upstream` for its LLM requests)."""
-        segment, _, rest = route.lstrip("/").partition("/")
-        if segment in self.prefixes:
-            return _join(default or self.prefixes[segment], "/" + rest)
-        base = default or self.default
-        return None if base is None else _join(base, route)
-
-
-def _join(base: str, route: str) -> str:
-    return base.rstrip("/") + (route if route.startswith("/") else "/" + route)
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    routes: Routes = Routes()
-    match: MatchConfig = MatchConfig()
-    redact_headers: frozenset[str] = CREDENTIAL_HEADERS
-    redact_query: frozenset[str] = CREDENTIAL_QUERY
-
-
-class OnDivergence(StrEnum):
-    """What a replaying session does with a request its recording lacks."""
-
-    FAIL = "fail"
-    LIVE = "live"
-
-
-@dataclass(frozen=True, slots=True)
 class Forward:
+    """Send `body` to `url`; `llm` marks a model request (a step boundary for snapshots)."""
+
     url: str
     headers: Headers
     body: bytes
@@ -120,6 +66,8 @@ class Mock:
 
 @dataclass(frozen=True, slots=True)
 class Fail:
+    """Answer with forkpoint's own error, in the dialect's shape."""
+
     status: int
     headers: Headers
     body: bytes
@@ -130,83 +78,15 @@ class Fail:
 Action = Forward | Serve | Mock | Fail
 
 
-@dataclass(eq=False)
-class Session:
-    """The proxy's live view of one run: its mode, next step and what is left to replay."""
-
-    run: Run
-    source: list[Exchange] = field(default_factory=list)
-    fork_step: int | None = None
-    on_divergence: OnDivergence = OnDivergence.FAIL
-    change: Change = Change()
-    next_step: int = 0
-    live: bool = True
-    # A resume appends to its own run: served steps are not written again, live ones follow them.
-    appending: bool = False
-    # Per adapter, the snapshot an agent that registers gets back (fork and resume).
-    restore_points: dict[str, Snapshot] = field(default_factory=dict)
-    _unserved: dict[str, deque[Exchange]] = field(default_factory=dict)
-
-    @property
-    def mode(self) -> Mode:
-        return self.run.mode
-
-    def load(self, source: list[Exchange], config: EngineConfig) -> None:
-        """Index a recorded run to replay; fingerprints are recomputed under today's config."""
-        self.source = source
-        self.live = self.fork_step == 0
-        self._unserved.clear()
-        for exchange in source:
-            exchange.fingerprint = matching.fingerprint(
-                exchange.method,
-                exchange.route,
-                exchange.request_body,
-                exchange.content_encoding,
-                config.match,
-            )
-            self._unserved.setdefault(exchange.fingerprint, deque()).append(exchange)
-
-    def take(self, key: str, *, before: int | None = None) -> Exchange | None:
-        """The earliest unserved recorded exchange with this fingerprint (and a step < before)."""
-        queue = self._unserved.get(key)
-        if not queue or (before is not None and queue[0].step >= before):
-            return None
-        return queue.popleft()
-
-    def unserved(self) -> list[Exchange]:
-        return sorted((e for q in self._unserved.values() for e in q), key=lambda e: e.step)
-
-    def go_live(self, step: int) -> int:
-        """Serve live from now on; the step number the live request gets."""
-        self.live = True
-        if self.appending:
-            step = self.next_step = max(step, len(self.source))
-            self.next_step += 1
-            return step
-        if self.fork_step is None or step < self.fork_step:
-            self.fork_step = step
-        self.run.fork_step = self.fork_step
-        return step
-
-
-def restore(session: Session, adapter: str) -> tuple[Snapshot | None, list[Exchange]]:
-    """An agent's adapter registered: the snapshot it gets back, if any, and the source steps
-    that snapshot stands for (before its step), which a fork records as replayed.
-
-    The agent resumes from the snapshot's step, so the session skips ahead to it.
-    """
-    snapshot = session.restore_points.get(adapter)
-    if snapshot is None or session.live or session.next_step > 0:
-        return None, []
-    session.next_step = snapshot.step
-    skipped = [e for e in session.source if e.step < snapshot.step]
-    for exchange in skipped:
-        queue = session._unserved.get(exchange.fingerprint)
-        if queue and exchange in queue:
-            queue.remove(exchange)
-    if session.appending:
-        return snapshot, []
-    return snapshot, [_replayed_copy(session, e) for e in skipped]
+def snapshot_point(action: Action) -> bool | None:
+    """Whether agent state may be pulled while this action is carried out: None where the
+    agent gets no live answer (served, failed), else whether it is a model request."""
+    match action:
+        case Forward():
+            return action.llm
+        case Mock():
+            return False
+    return None
 
 
 def decide(session: Session, request: Request, config: EngineConfig) -> Action:
@@ -234,20 +114,63 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
         fingerprint=key,
     )
     if not session.live:
-        if session.fork_step is not None and step >= session.fork_step:
+        if (session.fork_step is not None and step >= session.fork_step) or (
+            session.mode is Mode.RESUME and session.exhausted
+        ):
             record.step = session.go_live(step)
         elif (recorded := session.take(key, before=session.fork_step)) is not None:
             record.origin = Origin.REPLAYED
-            return Serve(recorded, record, keep=not session.appending)
+            session.served[step] = recorded
+            return _serve(recorded, record, keep=session.keeps_served)
         elif session.on_divergence is OnDivergence.LIVE:
             record.step = session.go_live(step)
-        else:
+        elif session.on_divergence is not OnDivergence.NEW_EPISODES:
             return _diverge(session, request, record, config)
     return _live(session, request, passed, record, config)
 
 
-def _replayed_copy(session: Session, exchange: Exchange) -> Exchange:
-    return dataclasses.replace(exchange, run_id=session.run.id, origin=Origin.REPLAYED)
+def restore(
+    session: Session, adapter: str, *, moves_agent: bool = True
+) -> tuple[Snapshot | None, list[Exchange]]:
+    """An adapter registered: the snapshot it gets back, if any, and the source steps that
+    snapshot stands for (before its step), which a fork records as replayed.
+
+    The first adapter of the agent's own state that is restored sets where the agent goes on
+    from; another gets its snapshot only if it is from no later than that step. An agent that
+    has already sent a request is starting fresh: its prefix is being replayed instead. State
+    the agent does not hold (`moves_agent=False`: a workspace) is put back as the snapshot
+    nearest the fork left it, and moves nothing.
+    """
+    snapshot = session.restore_points.get(adapter)
+    if snapshot is None or session.live:
+        return None, []
+    if not moves_agent:
+        return snapshot, []
+    if session.restored_step is not None:
+        return (snapshot if snapshot.step <= session.restored_step else None), []
+    if session.next_step > 0:
+        return None, []
+    skipped = session.skip_to(snapshot.step)
+    if not session.keeps_served:
+        return snapshot, []
+    replayed = [
+        dataclasses.replace(e, run_id=session.run.id, origin=Origin.REPLAYED) for e in skipped
+    ]
+    return snapshot, replayed
+
+
+def error_reply(
+    method: str, route: str, status: int, message: str, *, error_type: str
+) -> tuple[Headers, bytes]:
+    """forkpoint's own error for a request, in the shape its API's SDK raises; it carries
+    `x-should-retry: false`, since retrying would only repeat it."""
+    dialect = dialect_for(method, route.partition("?")[0])
+    return dialect.error_response(status, message, error_type=error_type)
+
+
+def _serve(recorded: Exchange, record: Exchange, *, keep: bool = True) -> Serve:
+    record.upstream, record.summary = recorded.upstream, recorded.summary
+    return Serve(recorded, record, keep=keep)
 
 
 def _live(
@@ -302,7 +225,7 @@ def _mock(
             fail = _diverge(session, request, record, config)
             fail.record.error = f"mock {rule.text!r}: {fail.record.error}"
             return fail
-        return Serve(recorded, record)
+        return _serve(recorded, record)
     assert rule.static is not None
     static = Exchange(
         run_id=session.run.id,
@@ -313,10 +236,16 @@ def _mock(
         request_body=b"",
         fingerprint=record.fingerprint,
         status=rule.static.status,
-        response_headers=rule.static.headers,
+        response_headers=_with_length(rule.static.headers, rule.static.body),
         response_body=rule.static.body,
     )
     return Serve(static, record)
+
+
+def _with_length(headers: Headers, body: bytes) -> Headers:
+    if header(headers, "content-length") is not None:
+        return headers
+    return (*headers, ("content-length", str(len(body))))
 
 
 def _diverge(session: Session, request: Request, record: Exchange, config: EngineConfig) -> Fail:
@@ -333,14 +262,11 @@ def _diverge(session: Session, request: Request, record: Exchange, config: Engin
         match=config.match,
     )
     fail = _fail(record, DIVERGENCE_STATUS, divergence.message(), "forkpoint_divergence")
-    return Fail(fail.status, fail.headers, fail.body, fail.record, divergence)
+    return dataclasses.replace(fail, divergence=divergence)
 
 
 def _fail(record: Exchange, status: int, message: str, error_type: str) -> Fail:
-    dialect = dialect_for(record.method, record.route.partition("?")[0])
-    # The dialect's error carries `x-should-retry: false`: a divergence never heals by retrying.
-    headers, body = dialect.error_response(status, message, error_type=error_type)
+    headers, body = error_reply(record.method, record.route, status, message, error_type=error_type)
     record.origin = Origin.DIVERGED if error_type == "forkpoint_divergence" else Origin.LIVE
-    record.status, record.response_headers, record.response_body = status, headers, body
     record.error = message
     return Fail(status, headers, body, record)

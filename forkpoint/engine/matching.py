@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import orjson
 
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
-from forkpoint.models import Headers
+from forkpoint.models import Exchange, Headers
 
 # (method, route, parsed JSON body) -> the body to fingerprint
 Normalizer = Callable[[str, str, Any], Any]
@@ -83,6 +83,13 @@ def fingerprint_of(
 ) -> str:
     """The fingerprint of a request as it came in, whatever its body's Content-Encoding."""
     return fingerprint(method, route, body, header(headers, "content-encoding"), config)
+
+
+def fingerprint_exchange(exchange: Exchange, config: MatchConfig) -> str:
+    """The fingerprint of a recorded exchange's request."""
+    return fingerprint_of(
+        exchange.method, exchange.route, exchange.request_body, exchange.request_headers, config
+    )
 
 
 def _drop(value: Any, path: list[str]) -> Any:

@@ -1,8 +1,8 @@
 """mitmproxy run in-process, on the proxy's own event loop, with the interceptor as its addon.
 
 A `Proxy` started with `intercept=InterceptOptions(...)` starts and stops one beside its
-gateway; its addon shares the proxy's sessions, recorder and snapshotter, so both front doors
-feed one run. Only the mitmproxy addons an HTTP(S) forward proxy needs are loaded (no dumper,
+gateway; its addon hands every request to that gateway, so both ways in feed one run through
+one door. Only the mitmproxy addons an HTTP(S) forward proxy needs are loaded (no dumper,
 no scripts, no flow storage), and the master's lifecycle is driven here rather than by
 `Master.run`, which would swap the loop's task factory and exception handler for the
 gateway's tasks too.
@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mitmproxy.addons import core, next_layer, proxyserver, tlsconfig
 from mitmproxy.exceptions import OptionsError
@@ -23,11 +23,14 @@ from mitmproxy.options import Options
 
 from forkpoint.doors.interceptor import Interceptor
 from forkpoint.errors import ConfigError
-from forkpoint.runtime.certs import ca_cert, client_bundle, client_env, config_dir, upstream_bundle
+from forkpoint.runtime.certs import (
+    ca_cert,
+    client_bundle,
+    client_env,
+    config_dir,
+    upstream_bundle,
+)
 from forkpoint.runtime.intercept import InterceptOptions
-
-if TYPE_CHECKING:
-    from forkpoint.runtime.proxy import Proxy
 
 STOP_GRACE_S = 2.0
 
@@ -36,15 +39,10 @@ class InterceptServer:
     """The interceptor of one `Proxy`. One per process: mitmproxy keeps its master and options
     in a module-level context."""
 
-    def __init__(self, proxy: Proxy, options: InterceptOptions):
+    def __init__(self, options: InterceptOptions, *, gateway: tuple[str, int], secret: str):
         self.options = options
         self.confdir = options.confdir or config_dir()
-        self.addon = Interceptor(
-            sessions=proxy.sessions,
-            config=proxy.config,
-            recorder=proxy.recorder,
-            snapshotter=proxy.snapshotter,
-        )
+        self.addon = Interceptor(gateway, secret)
         self._master: Master | None = None
         self._server: proxyserver.Proxyserver | None = None
         self.url = ""
@@ -106,10 +104,11 @@ class InterceptServer:
         return {
             "mode": [f"regular@{options.host}:{options.port}"],
             "confdir": str(self.confdir),
-            # Connect upstream only when a request goes there: a replayed or mocked one never
-            # does, so replay needs no network, and a bad upstream fails that request.
+            # Connect only when a request is sent: each goes to the gateway, which reaches the
+            # upstream itself (a replay, none); a bad upstream fails that request alone.
             "connection_strategy": "lazy",
             "http2": False,  # one wire format to translate; clients fall back to HTTP/1.1
+            # What mitmproxy still sends upstream itself (websockets) is checked alike.
             "ssl_insecure": options.insecure_upstream,
             "ssl_verify_upstream_trusted_ca": str(upstream_ca) if upstream_ca else None,
         }

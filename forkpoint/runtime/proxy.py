@@ -1,11 +1,14 @@
-"""A running proxy: store, recorder, sessions, sender and gateway, started and stopped together.
+"""A running proxy: store, recorder, sessions, sender, snapshots and the front doors, wired
+together, started and stopped together.
 
-`Proxy` lives on an asyncio loop (the CLI's); `ProxyThread` runs one on a background thread for
-synchronous callers such as tests and the pytest plugin.
+`Proxy` lives on an asyncio loop; `ProxyThread` runs one on a background thread for
+synchronous callers such as tests and the pytest plugin, with sync forms of opening sessions.
 """
 
 from __future__ import annotations
 
+import secrets
+import ssl
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -13,15 +16,18 @@ from aiohttp import web
 
 from forkpoint.cassettes.store import Store
 from forkpoint.doors.gateway import Gateway
-from forkpoint.engine.decide import DEFAULT_MAX_BODY, EngineConfig
+from forkpoint.doors.ports import Sender
+from forkpoint.engine.config import DEFAULT_MAX_BODY, EngineConfig
 from forkpoint.engine.pace import Pace
+from forkpoint.engine.session import Session
+from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.models import RunStatus
 from forkpoint.runtime.intercept import InterceptOptions, require_mitmproxy
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.recording.process import recorder_for
 from forkpoint.runtime.sessions import Sessions
-from forkpoint.runtime.snapshots import SnapshotPolicy, Snapshotter
-from forkpoint.runtime.upstream import AiohttpSender, Sender
+from forkpoint.runtime.snapshots import Snapshotter
+from forkpoint.runtime.upstream import AiohttpSender, tls_context
 
 if TYPE_CHECKING:
     from forkpoint.runtime.intercept_server import InterceptServer
@@ -46,27 +52,36 @@ class Proxy:
     ):
         self.store = store
         self.config = config
-        self.sessions = Sessions(store, config)
         self.recorder = recorder_for(store, config.match)
-        self.snapshotter = Snapshotter(snapshot_policy, self.recorder.submit)
-        self._own_sender = sender is None
-        self.sender: Sender = sender or AiohttpSender(read_timeout=read_timeout)
+        self.sessions = Sessions(store, config, self.recorder)
+        self.snapshots = Snapshotter(snapshot_policy, self.recorder.submit)
+        self._own_sender: AiohttpSender | None = None
+        if sender is None:
+            tls: ssl.SSLContext | bool = True
+            if intercept is not None:
+                tls = tls_context(
+                    extra_ca=intercept.upstream_ca, verify=not intercept.insecure_upstream
+                )
+            sender = self._own_sender = AiohttpSender(read_timeout=read_timeout, tls=tls)
+        self.sender = sender
+        # The interceptor (mitmproxy, an optional extra) hands its requests to the gateway,
+        # marked with this secret; no other request may name an origin to be sent to.
+        secret = secrets.token_urlsafe(24) if intercept is not None else None
         self.gateway = Gateway(
             sessions=self.sessions,
             config=config,
             sender=self.sender,
             recorder=self.recorder,
-            snapshotter=self.snapshotter,
+            snapshots=self.snapshots,
             pace=pace,
             max_body=max_body,
+            intercept_secret=secret,
         )
-        # The second front door, an HTTPS_PROXY (mitmproxy, an optional extra), when asked for.
+        self._intercept = intercept
+        self._secret = secret
         self.interceptor: InterceptServer | None = None
         if intercept is not None:
             require_mitmproxy()
-            from forkpoint.runtime.intercept_server import InterceptServer
-
-            self.interceptor = InterceptServer(self, intercept)
         self._host, self._port = host, port
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -79,7 +94,13 @@ class Proxy:
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
-        if self.interceptor is not None:
+        if self._intercept is not None:
+            from forkpoint.runtime.intercept_server import InterceptServer
+
+            assert self._secret is not None
+            self.interceptor = InterceptServer(
+                self._intercept, gateway=(host, port), secret=self._secret
+            )
             await self.interceptor.start()
         return self.url
 
@@ -92,16 +113,19 @@ class Proxy:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        await self.snapshotter.close()
+        await self.snapshots.close()
         await self.gateway.control.close()
-        if self._own_sender and isinstance(self.sender, AiohttpSender):
-            await self.sender.close()
+        if self._own_sender is not None:
+            await self._own_sender.close()
         await self.recorder.stop()
-        self.sessions.finish(status, error=error)
+        await self.sessions.finish(status, error=error)
 
 
 class ProxyThread:
-    """A `Proxy` on a background event loop: `with ProxyThread(store) as proxy: proxy.url`."""
+    """A `Proxy` on a background event loop: `with ProxyThread(store) as proxy: proxy.url`.
+
+    `record`, `replay`, `fork` and `resume` open a session (see `Sessions`) from this thread.
+    """
 
     def __init__(self, store: Store, config: EngineConfig = EngineConfig(), **options: Any):
         self._thread = LoopThread("forkpoint-proxy")
@@ -113,6 +137,18 @@ class ProxyThread:
 
     def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self._thread.call(coroutine)
+
+    def record(self, **options: Any) -> Session:
+        return self.call(self.proxy.sessions.record(**options))
+
+    def replay(self, source: str, **options: Any) -> Session:
+        return self.call(self.proxy.sessions.replay(source, **options))
+
+    def fork(self, parent: str, **options: Any) -> Session:
+        return self.call(self.proxy.sessions.fork(parent, **options))
+
+    def resume(self, run: str, **options: Any) -> Session:
+        return self.call(self.proxy.sessions.resume(run, **options))
 
     def __enter__(self) -> Proxy:
         self.call(self.proxy.start())

@@ -1,34 +1,39 @@
-"""The sessions a proxy serves: one per run, found by run id, created on first use."""
+"""The sessions a proxy serves: one per run, opened from the cassette, found by run id.
+
+Opening a session reads the store on a worker thread, and a new run is created through the
+recorder, ahead of its exchanges: the event loop never waits on the store. A session that is
+still opening is already known by its run id, so an agent started while its run loads waits
+for it instead of recording a run of its own.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import re
-
-from ulid import ULID
+from collections.abc import Callable
 
 from forkpoint.cassettes.store import Store
+from forkpoint.doors.ports import Recorder
 from forkpoint.engine.changes import Change
-from forkpoint.engine.decide import EngineConfig, OnDivergence, Session
+from forkpoint.engine.config import EngineConfig, OnDivergence
+from forkpoint.engine.session import Session
 from forkpoint.errors import ConfigError, RunNotFound
-from forkpoint.models import Exchange, Mode, Run, RunStatus, Snapshot
+from forkpoint.models import Mode, Run, RunStatus, Snapshot, new_run_id
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-
-
-def new_run_id() -> str:
-    return str(ULID())
 
 
 class Sessions:
     """Run id → session. A request without a run id goes to the default session."""
 
-    def __init__(self, store: Store, config: EngineConfig):
+    def __init__(self, store: Store, config: EngineConfig, recorder: Recorder):
         self._store = store
         self._config = config
-        self._sessions: dict[str, Session] = {}
+        self._recorder = recorder
+        self._sessions: dict[str, asyncio.Future[Session]] = {}
         self.default_id: str | None = None
 
-    def start_record(
+    async def record(
         self,
         *,
         run_id: str | None = None,
@@ -37,9 +42,9 @@ class Sessions:
         default: bool = True,
     ) -> Session:
         run = Run(id=run_id or new_run_id(), name=name, labels=dict(labels or {}))
-        return self._open(Session(run), [], default)
+        return await self._open(run.id, default, lambda: self._new(Session.record(run)))
 
-    def start_replay(
+    async def replay(
         self,
         source_ref: str,
         *,
@@ -49,20 +54,25 @@ class Sessions:
         labels: dict[str, str] | None = None,
         default: bool = True,
     ) -> Session:
-        """A new run that replays `source_ref` (id, id prefix or name) from the cassette; with
-        `on_divergence=live` it forks itself at the first request the recording lacks."""
-        source = self._store.find_run(source_ref)
-        run = Run(
-            id=run_id or new_run_id(),
-            name=name,
-            labels=dict(labels or source.labels),
-            mode=Mode.REPLAY,
-            parent_id=source.id,
-        )
-        session = Session(run, fork_step=None, on_divergence=on_divergence)
-        return self._open(session, self._store.exchanges(source.id), default)
+        """A new run that replays `source_ref` (id, id prefix or name) from the cassette."""
 
-    def start_fork(
+        def load() -> Session:
+            source = self._store.find_run(source_ref)
+            run = Run(
+                id=run_id or new_run_id(),
+                name=name,
+                labels=dict(labels or source.labels),
+                mode=Mode.REPLAY,
+                parent_id=source.id,
+            )
+            exchanges = self._store.exchanges(source.id)
+            return self._new(
+                Session.replay(run, exchanges, self._config, on_divergence=on_divergence)
+            )
+
+        return await self._open(run_id, default, load)
+
+    async def fork(
         self,
         parent_ref: str,
         *,
@@ -80,92 +90,143 @@ class Sessions:
         With `restore`, an agent that registers an adapter gets back the snapshot nearest
         before `at` and goes on from there; without, it starts fresh and its prefix replays.
         """
-        parent = self._store.find_run(parent_ref)
-        source = self._store.exchanges(parent.id)
-        if not 0 <= at <= len(source):
-            raise ConfigError(
-                f"cannot fork run {parent.id} at step {at}: it has {len(source)} steps "
-                f"(fork at 0 … {len(source)})",
-                run_id=parent.id,
-                step=at,
-            )
-        run = Run(
-            id=run_id or new_run_id(),
-            name=name,
-            labels=dict(labels or parent.labels),
-            mode=Mode.FORK,
-            parent_id=parent.id,
-            fork_step=at,
-            change=change.to_json(),
-        )
-        session = Session(run, fork_step=at, on_divergence=on_divergence, change=change)
-        if restore:
-            session.restore_points = _by_adapter(
-                self._store.latest_snapshots(parent.id, at_most=at)
-            )
-        return self._open(session, source, default)
 
-    def start_resume(self, run_ref: str, *, default: bool = True) -> Session:
-        """Go on with a crashed or stopped run: its recorded steps are served from the
-        cassette (not written again), then it continues live, appending to the same run."""
-        run = self._store.find_run(run_ref)
-        if run.status is RunStatus.FINISHED:
-            raise ConfigError(
-                f"run {run.id} finished: there is nothing to resume "
-                "(fork it to run it again with a change)",
-                run_id=run.id,
+        def load() -> Session:
+            parent = self._store.find_run(parent_ref)
+            source = self._store.exchanges(parent.id)
+            if not 0 <= at <= len(source):
+                raise ConfigError(
+                    f"cannot fork run {parent.id} at step {at}: it has {len(source)} steps "
+                    f"(fork at 0 … {len(source)})",
+                    run_id=parent.id,
+                    step=at,
+                )
+            run = Run(
+                id=run_id or new_run_id(),
+                name=name,
+                labels=dict(labels or parent.labels),
+                mode=Mode.FORK,
+                parent_id=parent.id,
+                fork_step=at,
+                change=change.to_json(),
             )
-        source = self._store.exchanges(run.id)
-        run.status = RunStatus.RUNNING
-        session = Session(run, fork_step=len(source), appending=True)
-        session.restore_points = _by_adapter(self._store.latest_snapshots(run.id))
-        session.load(source, self._config)
-        self._store.finish_run(run.id, RunStatus.RUNNING)
-        self._sessions[run.id] = session
-        if default:
-            self.default_id = run.id
-        return session
+            points = (
+                _by_adapter(self._store.latest_snapshots(parent.id, at_most=at)) if restore else {}
+            )
+            session = Session.fork(
+                run, source, self._config, at=at, change=change,
+                on_divergence=on_divergence, restore_points=points,
+            )  # fmt: skip
+            return self._new(session)
 
-    def _open(self, session: Session, source: list[Exchange], default: bool) -> Session:
-        self._store.create_run(session.run)
-        if session.run.mode is not Mode.RECORD:
-            session.load(source, self._config)
-        self._sessions[session.run.id] = session
-        if default:
-            self.default_id = session.run.id
-        return session
+        return await self._open(run_id, default, load)
 
-    def get(self, run_id: str | None) -> Session:
-        """The session for a run id; an unknown id starts recording a run by that id."""
+    async def resume(
+        self,
+        run_ref: str,
+        *,
+        on_divergence: OnDivergence = OnDivergence.FAIL,
+        default: bool = True,
+    ) -> Session:
+        """Go on with a crashed or stopped run: the steps its agent had fully received are
+        served from the cassette (not written again), then it continues live, appending to the
+        same run."""
+
+        def load() -> Session:
+            run = self._store.find_run(run_ref)
+            if run.status is RunStatus.FINISHED:
+                raise ConfigError(
+                    f"run {run.id} finished: there is nothing to resume "
+                    "(fork it to run it again with a change)",
+                    run_id=run.id,
+                )
+            source = self._store.exchanges(run.id)
+            points = _by_adapter(self._store.latest_snapshots(run.id))
+            self._store.finish_run(run.id, RunStatus.RUNNING)
+            run.status = RunStatus.RUNNING
+            return Session.resume(
+                run, source, self._config, on_divergence=on_divergence, restore_points=points
+            )
+
+        return await self._open(None, default, load)
+
+    async def get(self, run_id: str | None) -> Session:
+        """The session for a run id; an unknown id records a run by that id (or goes on with
+        the run of that id the cassette holds)."""
         if run_id is None:
             if self.default_id is None:
-                return self.start_record()
-            return self._sessions[self.default_id]
-        session = self._sessions.get(run_id)
-        if session is not None:
-            return session
+                return await self.record()
+            return await self._sessions[self.default_id]
+        opening = self._sessions.get(run_id)
+        if opening is not None:
+            return await opening
         if not _RUN_ID.match(run_id):
             raise ConfigError(f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-'")
+        return await self._open(run_id, False, lambda: self._existing_or_new(run_id))
+
+    def all(self) -> list[Session]:
+        return [f.result() for f in self._sessions.values() if f.done() and not f.exception()]
+
+    async def finish(
+        self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None
+    ) -> None:
+        """Close every run still open; a diverged run keeps its status."""
+        sessions = self.all()
+        for session in sessions:
+            final = RunStatus.DIVERGED if session.run.status is RunStatus.DIVERGED else status
+            session.run.status = final
+
+        def write() -> None:
+            for session in sessions:
+                self._store.finish_run(
+                    session.run.id, session.run.status, error=error, fork_step=session.run.fork_step
+                )
+
+        await asyncio.to_thread(write)
+
+    def _existing_or_new(self, run_id: str) -> Session:
         try:
             existing = self._store.get_run(run_id)
         except RunNotFound:
-            return self.start_record(run_id=run_id, default=False)
-        # A run recorded before this proxy started: go on appending to it.
-        session = Session(existing, next_step=self._store.step_count(run_id))
-        self._sessions[run_id] = session
+            return self._new(Session.record(Run(id=run_id)))
+        # A run recorded before this proxy started: go on appending to it, after its last step.
+        return Session.record(existing, next_step=self._store.next_step(run_id))
+
+    def _new(self, session: Session) -> Session:
+        """A session of a run the cassette does not hold yet: the run is written first."""
+        self._recorder.submit(session.run)
         return session
 
-    def all(self) -> list[Session]:
-        return list(self._sessions.values())
+    async def _open(
+        self, run_id: str | None, default: bool, load: Callable[[], Session]
+    ) -> Session:
+        """Register the session under its run id while it loads (on a worker thread), so that
+        requests naming it wait for it."""
+        if run_id is None:
+            return self._register(await asyncio.to_thread(load), default)
+        future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        self._sessions[run_id] = future
+        if default:
+            self.default_id = run_id
+        try:
+            session = await asyncio.to_thread(load)
+        except BaseException as error:
+            del self._sessions[run_id]
+            if self.default_id == run_id:
+                self.default_id = None
+            future.set_exception(error)
+            future.exception()  # retrieved: nobody else may be waiting
+            raise
+        future.set_result(session)
+        return session
 
-    def finish(self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None) -> None:
-        """Close every run still open; a diverged run keeps its status."""
-        for session in self._sessions.values():
-            final = RunStatus.DIVERGED if session.run.status is RunStatus.DIVERGED else status
-            session.run.status = final
-            self._store.finish_run(
-                session.run.id, final, error=error, fork_step=session.run.fork_step
-            )
+    def _register(self, session: Session, default: bool) -> Session:
+        future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        future.set_result(session)
+        self._sessions[session.run.id] = future
+        if default:
+            self.default_id = session.run.id
+        return session
 
 
 def _by_adapter(snapshots: list[Snapshot]) -> dict[str, Snapshot]:

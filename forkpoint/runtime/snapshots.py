@@ -10,51 +10,20 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from forkpoint.adapters.protocol import Adapter
-from forkpoint.errors import ConfigError
-from forkpoint.models import Snapshot
+from forkpoint.adapters.protocol import Adapter, State
+from forkpoint.engine.decide import restore
+from forkpoint.engine.session import Session
+from forkpoint.engine.snapshot_policy import SnapshotPolicy
+from forkpoint.models import Exchange, Snapshot
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotPolicy:
-    """When to pull: at each LLM request, and/or every N exchanges, and/or every T seconds."""
-
-    on_llm: bool = True
-    every_steps: int | None = None
-    every_seconds: float | None = None
-    timeout: float = 2.0
-
-    @classmethod
-    def parse(cls, text: str | None, *, timeout: float = 2.0) -> SnapshotPolicy:
-        """`llm` (the default), `N` exchanges, `Ts` seconds, or `off`."""
-        if text in (None, "llm"):
-            return cls(timeout=timeout)
-        assert text is not None
-        if text == "off":
-            return cls(on_llm=False, timeout=timeout)
-        try:
-            if text.endswith("s"):
-                return cls(on_llm=False, every_seconds=float(text[:-1]), timeout=timeout)
-            return cls(on_llm=False, every_steps=int(text), timeout=timeout)
-        except ValueError:
-            raise ConfigError(f"--snapshot-every takes llm, off, N or Ts, not {text!r}") from None
-
-    def due(self, step: int, llm: bool, since_last: float) -> bool:
-        return (
-            (self.on_llm and llm)
-            or (self.every_steps is not None and step % self.every_steps == 0)
-            or (self.every_seconds is not None and since_last >= self.every_seconds)
-        )
 
 
 class Snapshotter:
     """The adapters of each run, and the pulls in flight."""
 
-    def __init__(self, policy: SnapshotPolicy, submit: Callable[[Snapshot], None]):
+    def __init__(self, policy: SnapshotPolicy, submit: Callable[[Exchange | Snapshot], None]):
         self.policy = policy
         self._submit = submit
         self._adapters: dict[str, dict[str, Adapter]] = {}
@@ -64,6 +33,23 @@ class Snapshotter:
     def register(self, run_id: str, adapter: Adapter) -> None:
         """A later registration under the same name replaces the earlier (a restarted agent)."""
         self._adapters.setdefault(run_id, {})[adapter.name] = adapter
+
+    async def attach(
+        self, session: Session, adapter: Adapter, *, moves_agent: bool = True
+    ) -> int | None:
+        """Register `adapter` for the session's run; in a fork or a resume, first put back the
+        snapshot it has there (the engine says which). Returns the step restored from.
+
+        `moves_agent` is False for state the agent does not hold itself (a workspace): it is
+        restored, but the agent still goes on from wherever its own state says.
+        """
+        snapshot, replayed = restore(session, adapter.name, moves_agent=moves_agent)
+        if snapshot is not None:
+            await adapter.restore(State(snapshot.content_type, snapshot.data))
+        for exchange in replayed:  # what the snapshot stands for, recorded as replayed
+            self._submit(exchange)
+        self.register(session.run.id, adapter)
+        return None if snapshot is None else snapshot.step
 
     def on_request(self, run_id: str, step: int, *, llm: bool) -> list[asyncio.Task[None]]:
         """Start the pulls this request is due for; they run while the request goes upstream.

@@ -1,4 +1,4 @@
-"""The upstream sender: one method, a real pooled aiohttp implementation and a mock one.
+"""The upstream sender (`forkpoint.doors.ports.Sender`): a real pooled aiohttp one, and a mock.
 
 The real sender never decompresses: bodies pass through with their `Content-Encoding` so the
 agent gets the upstream's bytes and the cassette stores exactly those bytes.
@@ -8,34 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import io
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import aiohttp
 
+from forkpoint.doors.ports import UpstreamResponse
 from forkpoint.engine.encoding import decode_headers
-from forkpoint.errors import UpstreamError
+from forkpoint.errors import ConfigError, UpstreamError
 from forkpoint.models import Headers
 
 LARGE_BODY = 1024 * 1024
-
-
-class UpstreamResponse(Protocol):
-    status: int
-    headers: Headers
-
-    def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; raises UpstreamError if the upstream cuts or stalls."""
-        ...
-
-    def release(self) -> None: ...
-
-
-class Sender(Protocol):
-    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
-        """Send a request; raises UpstreamError when no response head arrives."""
-        ...
 
 
 class _AiohttpResponse:
@@ -57,13 +41,37 @@ class _AiohttpResponse:
         self._response.release()
 
 
+def tls_context(*, extra_ca: str | None = None, verify: bool = True) -> ssl.SSLContext | bool:
+    """How the sender checks upstream certificates: against the system's roots plus
+    `extra_ca` (a PEM file: an internal CA, a test's own), or not at all."""
+    if not verify:
+        return False
+    if extra_ca is None:
+        return True
+    context = ssl.create_default_context()
+    try:
+        context.load_verify_locations(cafile=extra_ca)
+    except (OSError, ssl.SSLError) as error:
+        raise ConfigError(f"cannot read CA certificates from {extra_ca}: {error}") from error
+    return context
+
+
 class AiohttpSender:
     """Pooled keep-alive connections to every upstream, through one `ClientSession`."""
 
-    def __init__(self, *, connect_timeout: float = 10.0, read_timeout: float = 600.0):
+    def __init__(
+        self,
+        *,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 600.0,
+        tls: ssl.SSLContext | bool = True,
+    ):
+        """`tls`: how upstream certificates are checked (an SSLContext with extra CAs, True for
+        the system's, False for not at all)."""
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout, sock_read=read_timeout
         )
+        self._tls = tls
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -71,7 +79,7 @@ class AiohttpSender:
             self._session = aiohttp.ClientSession(
                 timeout=self._timeout,
                 auto_decompress=False,
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, ssl=self._tls),
                 # Send the agent's headers only: no User-Agent, Accept-Encoding … of our own.
                 skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
                 cookie_jar=aiohttp.DummyCookieJar(),

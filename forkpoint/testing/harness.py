@@ -2,11 +2,14 @@
 recorded run written back when the test passes.
 
 The pytest plugin is a thin layer over `CassetteProxy`; everything here is per instance (no
-module state), so xdist workers and parallel tests each get their own proxy.
+module state), so xdist workers and parallel tests each get their own proxy. Where live
+traffic goes is the API's one policy (`forkpoint.api.engine_config`): a replay is offline, a
+fork and `new_episodes` go where the test says, else where the cassette's requests went.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -16,21 +19,20 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from forkpoint import api
+from forkpoint.api import Options, engine_config, make_change
+from forkpoint.api.env import agent_env
 from forkpoint.cassettes.formats import text
 from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.engine.changes import Change
-from forkpoint.engine.decide import OnDivergence
+from forkpoint.engine.config import DEFAULT_ROUTES, OnDivergence
 from forkpoint.engine.pace import Pace
+from forkpoint.engine.session import Session
 from forkpoint.errors import ConfigError
-from forkpoint.models import Exchange, Mode, Origin, RunStatus, ToolCall
+from forkpoint.models import Exchange, Mode, Origin, Run, RunStatus, ToolCall
 from forkpoint.runtime.proxy import ProxyThread
-from forkpoint.runtime.upstream import AiohttpSender
-from forkpoint.testing.episodes import EpisodeSender
 from forkpoint.testing.record_mode import RecordMode
 
-# What `@pytest.mark.forkpoint(...)` takes. Fork options (fork_at, model, mocks) go here once
-# sessions can start forks from a test's cassette.
+# What `@pytest.mark.forkpoint(...)` takes.
 MARKER_OPTIONS = (
     "cassette", "upstream", "routes", "volatile_fields", "pace",
     "fork_at", "model", "system_prompt", "mocks", "on_divergence",
@@ -47,18 +49,15 @@ class Served(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Options:
+class CassetteOptions:
+    """A test's cassette, how to serve it, and the `Options` its proxy runs with."""
+
     cassette: Path
     record: RecordMode = RecordMode.NONE
-    upstream: str | None = api.DEFAULT_UPSTREAM
-    routes: Mapping[str, str] = field(default_factory=dict)
-    volatile_fields: tuple[str, ...] = ()
-    pace: Pace = Pace()
-    name: str | None = None
+    options: Options = Options()
     # A fork of the cassette's run: its steps < fork_at replayed, then live with the change.
     fork_at: int | None = None
-    change: Change = Change()
-    on_divergence: OnDivergence = OnDivergence.FAIL
+    change: Change = field(default_factory=Change)
 
 
 def default_cassette(test_file: Path, test_name: str, class_name: str | None = None) -> Path:
@@ -75,7 +74,7 @@ def options_for(
     record: str,
     upstream: str | None,
     name: str,
-) -> Options:
+) -> CassetteOptions:
     """Options from a test's marker and the command line; the marker wins.
 
     A relative `cassette` is taken from the test module's cassette folder, so two tests can
@@ -92,22 +91,24 @@ def options_for(
     path = default if cassette is None else default.parent / Path(cassette)
     chosen = marker_kwargs.get("upstream", upstream or os.environ.get("FORKPOINT_UPSTREAM"))
     routes = {"anthropic": chosen} if chosen else {}
-    return Options(
+    return CassetteOptions(
         cassette=path,
         record=RecordMode.parse(record),
-        upstream=chosen or api.DEFAULT_UPSTREAM,
-        routes={**routes, **dict(marker_kwargs.get("routes") or {})},
-        volatile_fields=tuple(marker_kwargs.get("volatile_fields", ())),
-        pace=Pace.parse(str(marker_kwargs.get("pace", "fast"))),
-        name=name,
+        options=Options(
+            upstream=chosen,
+            routes={**routes, **dict(marker_kwargs.get("routes") or {})},
+            volatile_fields=tuple(marker_kwargs.get("volatile_fields", ())),
+            pace=Pace.parse(str(marker_kwargs.get("pace", "fast"))),
+            name=name,
+            on_divergence=OnDivergence(marker_kwargs.get("on_divergence", "fail")),
+        ),
         fork_at=marker_kwargs.get("fork_at"),
-        change=api.make_change(
+        change=make_change(
             model=marker_kwargs.get("model"),
             system_prompt=marker_kwargs.get("system_prompt"),
             mocks=tuple(marker_kwargs.get("mocks", ())),
             base_dir=path.parent,
         ),
-        on_divergence=OnDivergence(marker_kwargs.get("on_divergence", "fail")),
     )
 
 
@@ -130,15 +131,14 @@ class RunView:
 class CassetteProxy:
     """What the `forkpoint` fixture gives a test: the proxy's URLs, its run and its exchanges."""
 
-    def __init__(self, options: Options):
+    def __init__(self, options: CassetteOptions):
         self.options = options
         self.cassette = options.cassette
         self.served = _served(options.record, options.cassette)
         self.store = MemoryStore(label=str(options.cassette))
         self.url = ""
         self._thread: ProxyThread | None = None
-        self._episodes: EpisodeSender | None = None
-        self._run_id = ""
+        self._session: Session | None = None
 
     @property
     def openai_base_url(self) -> str:
@@ -150,63 +150,63 @@ class CassetteProxy:
 
     def start(self) -> dict[str, str]:
         """Load the cassette, start the proxy; returns the environment variables to set."""
-        options, source = self.options, None
+        setup, options = self.options, self.options.options
+        source: Run | None = None
+        recorded: list[Exchange] = []
         if self.served is not Served.RECORD:
-            routes = {**api.DEFAULT_ROUTES, **options.routes}
-            run, exchanges = text.read(options.cassette, routes=routes)
-            self.store.create_run(run)
-            self.store.add_exchanges(exchanges)
-            source = run
-        replaying = self.served is Served.REPLAY
-        forking = replaying and options.fork_at is not None
-        offline = replaying and not forking
-        config = api.engine_config(
-            None if offline else options.upstream,
-            None if offline else options.routes,
-            volatile_fields=options.volatile_fields,
-        )
-        if self.served is Served.NEW_EPISODES:
-            assert source is not None
-            self._episodes = EpisodeSender(self.store.exchanges(source.id), config, AiohttpSender())
-        self._thread = ProxyThread(self.store, config, sender=self._episodes, pace=options.pace)
+            source, recorded = text.read(
+                setup.cassette, routes={**DEFAULT_ROUTES, **options.routes}
+            )
+            self.store.create_run(source)
+            self.store.add_exchanges(recorded)
+        forking = self.served is Served.REPLAY and setup.fork_at is not None
+        offline = self.served is Served.REPLAY and not forking
+        config = engine_config(options, live=not offline, recorded=recorded)
+        self._thread = ProxyThread(self.store, config, pace=options.pace)
         try:
-            proxy = self._thread.__enter__()
-            if source is not None and forking:
-                assert options.fork_at is not None
-                session = proxy.sessions.start_fork(
-                    source.id, at=options.fork_at, change=options.change,
-                    on_divergence=options.on_divergence, name=options.name,
-                )  # fmt: skip
-            elif source is not None and replaying:
-                session = proxy.sessions.start_replay(source.id, name=options.name)
-            else:
-                session = proxy.sessions.start_record(name=options.name)
+            self._thread.__enter__()
+            self._session = self._open(source)
         except BaseException:
             self.stop(save=False)
             raise
-        self.url, self._run_id = proxy.url, session.run.id
-        # replay and fork: a placeholder key for SDKs that insist (a real one is kept)
-        mode = Mode.REPLAY if replaying else Mode.RECORD
-        env = api.agent_env(self.url, self._run_id, mode=mode)
+        self.url = self._thread.proxy.url
+        env = agent_env(self.url, self._session.run.id, offline=self.served is Served.REPLAY)
         return {k: v for k, v in env.items() if os.environ.get(k) != v}
+
+    def _open(self, source: Run | None) -> Session:
+        assert self._thread is not None
+        setup, name = self.options, self.options.options.name
+        if source is None:
+            return self._thread.record(name=name)
+        if self.served is Served.NEW_EPISODES:
+            return self._thread.replay(
+                source.id, name=name, on_divergence=OnDivergence.NEW_EPISODES
+            )
+        if setup.fork_at is not None:
+            return self._thread.fork(
+                source.id, at=setup.fork_at, change=setup.change,
+                on_divergence=setup.options.on_divergence, name=name,
+            )  # fmt: skip
+        return self._thread.replay(source.id, name=name)
 
     @property
     def run(self) -> RunView:
         """The test's run as it stands: every request the proxy has taken, once recorded."""
         self._settle()
-        run = self.store.get_run(self._run_id)
+        assert self._session is not None
+        run = self.store.get_run(self._session.run.id)
         steps = self.store.exchanges(run.id)
         return RunView(id=run.id, name=run.name, status=run.status, mode=run.mode, steps=steps)
 
     def _settle(self, timeout: float = SETTLE_TIMEOUT) -> None:
         # The gateway records an exchange just after its last byte reaches the client, so a
         # test asserting right after a call would race it: wait for every step taken so far.
-        if self._thread is None:
+        if self._thread is None or self._session is None:
             return
-        proxy = self._thread.proxy
-        taken = proxy.sessions.get(self._run_id).next_step
+        proxy, run_id = self._thread.proxy, self._session.run.id
+        taken = self._session.next_step
         deadline = time.monotonic() + timeout
-        while self.store.step_count(self._run_id) < taken and time.monotonic() < deadline:
+        while self.store.step_count(run_id) < taken and time.monotonic() < deadline:
             proxy.recorder.flush(timeout)
             time.sleep(0.001)
 
@@ -217,9 +217,9 @@ class CassetteProxy:
     @property
     def unplayed(self) -> list[Exchange]:
         """Recorded exchanges the test has not asked for (replay only)."""
-        if self.served is not Served.REPLAY or self._thread is None:
+        if self.served is not Served.REPLAY or self._session is None:
             return []
-        return self._thread.proxy.sessions.get(self._run_id).unserved()
+        return self._session.unserved()
 
     def divergences(self) -> list[str]:
         """The divergence report of each request the cassette did not have."""
@@ -230,18 +230,27 @@ class CassetteProxy:
         thread, self._thread = self._thread, None
         if thread is None:
             return
-        try:
-            if self._episodes is not None:
-                thread.call(self._episodes.close())
-        finally:
-            thread.close()
-        if not save or self.served is Served.REPLAY or not self._run_id:
+        thread.close()
+        session = self._session
+        if not save or self.served is Served.REPLAY or session is None:
             return
-        run = self.store.get_run(self._run_id)
+        run = self.store.get_run(session.run.id)
         exchanges = self.store.exchanges(run.id)
-        if self._episodes is not None:
-            exchanges = self._episodes.merge(run.id, exchanges)
+        if self.served is Served.NEW_EPISODES:  # one recording: what was, and what is new
+            run = dataclasses.replace(run, mode=Mode.RECORD, parent_id=None)
+            exchanges = _merge(session, exchanges)
         text.write(self.cassette, run, exchanges)
+
+
+def _merge(session: Session, exchanges: list[Exchange]) -> list[Exchange]:
+    """`new_episodes`: the run's exchanges, each one served from the cassette put back as
+    recorded (its timings and chunk offsets), then the recorded ones this run did not ask
+    for; numbered in that order."""
+    merged = [session.served.get(e.step, e) for e in exchanges]
+    merged += session.unserved()
+    return [
+        dataclasses.replace(e, run_id=session.run.id, step=step) for step, e in enumerate(merged)
+    ]
 
 
 def _served(record: RecordMode, cassette: Path) -> Served:

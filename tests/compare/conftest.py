@@ -110,7 +110,7 @@ class Shop:
 
     def record(self, name: str, *, model: str = "gpt-4o", stream: bool = False) -> Run:
         thread = self.start_proxy(self.url)
-        run = thread.proxy.sessions.start_record(name=name).run
+        run = thread.record(name=name).run
         shop_agent(thread.proxy.url, model=model, stream=stream)
         thread.close()
         return self.store.get_run(run.id)
@@ -120,7 +120,7 @@ class Shop:
         stream: bool = False,
     ) -> Run:  # fmt: skip
         thread = self.start_proxy(self.url)
-        run = thread.proxy.sessions.start_fork(
+        run = thread.fork(
             parent.id, at=at, change=Change(model=model), name=name
         ).run
         shop_agent(thread.proxy.url, stream=stream)
@@ -129,7 +129,7 @@ class Shop:
 
     def replay(self, parent: Run, name: str) -> Run:
         thread = self.start_proxy(None)
-        run = thread.proxy.sessions.start_replay(parent.id, name=name).run
+        run = thread.replay(parent.id, name=name).run
         shop_agent(thread.proxy.url)
         thread.close()
         return self.store.get_run(run.id)

@@ -4,8 +4,6 @@ then forked with a cheaper model, a new prompt, mocked tools, and forked again."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,8 @@ from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.models import Origin, RunStatus
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.upstream import ScriptedUpstream
+from tests.runner import Ran
+from tests.runner import forkpoint as run_forkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = [sys.executable, str(ROOT / "examples/support_agent/agent.py")]
@@ -78,12 +78,9 @@ def llm(start_upstream):  # type: ignore[no-untyped-def]
     return start_upstream(ScriptedUpstream(support_script))
 
 
-def forkpoint(cassette: Path, *args: str, ticket: str = TICKET) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "FORKPOINT_CASSETTE": str(cassette), "OPENAI_API_KEY": "sk-test",
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
-    env.pop("SUPPORT_MODEL", None)
-    return subprocess.run([sys.executable, "-m", "forkpoint", *args, "--", *AGENT, ticket],
-                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+def forkpoint(cassette: Path, *args: str, ticket: str = TICKET) -> Ran:
+    return run_forkpoint(*args, "--", *AGENT, ticket, cassette=cassette,
+                         env={"OPENAI_API_KEY": "sk-test"}, clean=True)  # fmt: skip
 
 
 def routes(llm, tools) -> list[str]:  # type: ignore[no-untyped-def]
@@ -96,7 +93,7 @@ def parent(cassette, llm, tools):  # type: ignore[no-untyped-def]
     assert recorded.returncode == 0, recorded.stderr
     assert "Refund of $89.90 issued for order A1001" in recorded.stdout  # terse gpt-4o-mini
     tools.reset()
-    return recorded.stdout.splitlines()[-1]
+    return recorded.run_id
 
 
 def exchanges(cassette: Path, run_id: str):  # type: ignore[no-untyped-def]
@@ -136,7 +133,7 @@ def test_fork_with_a_cheaper_model_replays_the_prefix_and_rewrites_the_rest(
         for r in llm.upstream.requests
     )
     assert "GET /orders/A1001" not in tools.paths
-    child_id = forked.stdout.splitlines()[-1]
+    child_id = forked.run_id
     child, child_steps = exchanges(cassette, child_id)
     _, parent_steps = exchanges(cassette, child.parent_id)
     assert (child.fork_step, child.status, child.change) == (
@@ -151,8 +148,7 @@ def test_fork_with_a_cheaper_model_replays_the_prefix_and_rewrites_the_rest(
             theirs.response_body,
             theirs.request_body,
         )
-    runs = subprocess.run([sys.executable, "-m", "forkpoint", "runs", "--cassette", str(cassette)],
-                          capture_output=True, text=True).stdout  # fmt: skip
+    runs = run_forkpoint("runs", cassette=cassette).stdout
     assert "└─ " + child_id in runs and "fork @ step 2" in runs
 
 
@@ -173,7 +169,7 @@ def test_a_mocked_tool_never_reaches_the_tool_service(cassette, llm, tools, pare
     assert forked.returncode == 0, forked.stderr
     assert "No refund for order A1001" in forked.stdout and "7-day refund window" in forked.stdout
     assert tools.paths == []  # policy mocked, and no refund was issued
-    _, steps = exchanges(cassette, forked.stdout.splitlines()[-1])
+    _, steps = exchanges(cassette, forked.run_id)
     assert [e.origin for e in steps] == [
         Origin.REPLAYED,
         Origin.REPLAYED,
@@ -186,17 +182,17 @@ def test_a_mocked_tool_never_reaches_the_tool_service(cassette, llm, tools, pare
 def test_a_mock_that_raises_gives_the_agent_a_clear_500_and_is_recorded(
     cassette, llm, tools, parent, tmp_path
 ):
+    # A mock module in the directory forkpoint runs from loads with no PYTHONPATH, as a
+    # --check does (`python -m` rules).
     (tmp_path / "broken_mocks.py").write_text(
         "def policy(request):\n    raise RuntimeError('policy db down')\n"
     )
-    env_path = f"{tmp_path}{os.pathsep}{ROOT}"
-    result = subprocess.run(
-        [sys.executable, "-m", "forkpoint", "fork", "parent", "--at", "2", "--cassette", str(cassette),
-         "--mock", "/tools/refund-policy=broken_mocks:policy", *routes(llm, tools), "--", *AGENT, TICKET],
-        capture_output=True, text=True, timeout=60,
-        env={**os.environ, "PYTHONPATH": env_path, "OPENAI_API_KEY": "k"},
+    result = run_forkpoint(
+        "fork", "parent", "--at", "2", "--mock", "/tools/refund-policy=broken_mocks:policy",
+        *routes(llm, tools), "--", *AGENT, TICKET,
+        cassette=cassette, cwd=tmp_path, env={"OPENAI_API_KEY": "k"},
     )  # fmt: skip
-    _, steps = exchanges(cassette, result.stdout.splitlines()[-1])
+    _, steps = exchanges(cassette, result.run_id)
     mocked = steps[3]
     assert mocked.status == 500 and mocked.origin is Origin.MOCKED
     assert "broken_mocks:policy" in (mocked.error or "") and "policy db down" in (
@@ -208,20 +204,20 @@ def test_fork_of_a_fork_and_fork_at_the_ends(cassette, llm, tools, parent):
     first = forkpoint(
         cassette, "fork", "parent", "--at", "4", "--model", "gpt-4o", *routes(llm, tools)
     )
-    first_id = first.stdout.splitlines()[-1]
+    first_id = first.run_id
     tools_before = len(tools.paths)
     llm.upstream.reset()
     second = forkpoint(cassette, "fork", first_id, "--at", "7", *routes(llm, tools))  # all of it
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines()[0] == first.stdout.splitlines()[0]
     assert llm.upstream.request_count == 0 and len(tools.paths) == tools_before
-    _, steps = exchanges(cassette, second.stdout.splitlines()[-1])
+    _, steps = exchanges(cassette, second.run_id)
     assert len(steps) == 7 and all(e.origin is Origin.REPLAYED for e in steps)
     at_zero = forkpoint(
         cassette, "fork", "parent", "--at", "0", "--model", "gpt-4o-mini", *routes(llm, tools)
     )
     assert at_zero.returncode == 0
-    _, steps = exchanges(cassette, at_zero.stdout.splitlines()[-1])
+    _, steps = exchanges(cassette, at_zero.run_id)
     assert all(e.origin is Origin.LIVE for e in steps)
 
 
@@ -236,7 +232,7 @@ def test_a_divergence_before_the_fork_fails_or_forks_there(cassette, llm, tools,
     live = forkpoint(cassette, *fresh, "--on-divergence", "live", ticket=other_ticket)
     assert live.returncode == 0, live.stderr
     assert "A1005" in live.stdout
-    child, _ = exchanges(cassette, live.stdout.splitlines()[-1])
+    child, _ = exchanges(cassette, live.run_id)
     assert child.fork_step == 0  # the first request already differed: it forked there
 
 

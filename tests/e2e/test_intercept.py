@@ -10,7 +10,6 @@ XDG_CONFIG_HOME.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -21,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from forkpoint import api
 from forkpoint.cassettes.sqlite.store import SqliteStore
-from forkpoint.cli import main
 from forkpoint.models import Exchange, Origin, Run, RunStatus
 from forkpoint.runtime.intercept import InterceptOptions
 from forkpoint.testing.https import TestCA
 from tests.https_services import HOST_A, HOST_B, LLMService, Service, tool_app
+from tests.runner import Ran, invoke, start_forkpoint
+from tests.runner import forkpoint as run_forkpoint
 
 AGENTS = Path(__file__).parent / "agents"
 CLIENTS = [sys.executable, str(AGENTS / "intercept_clients.py")]
@@ -50,11 +49,8 @@ class Recorded:
     ca: TestCA
 
 
-def forkpoint(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "forkpoint", *args],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+def forkpoint(*args: str, env: dict[str, str]) -> Ran:
+    return run_forkpoint(*args, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -64,19 +60,15 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     search = Service(tool_app("search"), ca, HOST_A)
     refunds = Service(tool_app("refunds"), ca, HOST_B)
     cassette = base / "cassette.db"
-    env = {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(base / "config"),
-        "FORKPOINT_CASSETTE": str(cassette),
-    }
+    env = {"XDG_CONFIG_HOME": str(base / "config"), "FORKPOINT_CASSETTE": str(cassette)}
     done = forkpoint(
         "record", "--intercept", "--upstream-ca", str(ca.cert_path), "--",
         *CLIENTS, search.url, refunds.url, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    *lines, run_id = done.stdout.splitlines()
     yield Recorded(
-        run_id, [json.loads(line) for line in lines], done.stderr, search, refunds, cassette,
+        done.run_id, [json.loads(line) for line in done.stdout.splitlines()], done.stderr,
+        search, refunds, cassette,
         env, ca,
     )  # fmt: skip
     search.stop()
@@ -115,8 +107,8 @@ def test_replay_with_the_services_stopped_returns_the_same_bodies(recorded):
         *CLIENTS, recorded.search.url, recorded.refunds.url, env=recorded.env,
     )  # fmt: skip
     assert replayed.returncode == 0, replayed.stderr
-    *lines, replay_id = replayed.stdout.splitlines()
-    assert [json.loads(line) for line in lines] == recorded.lines
+    replay_id = replayed.run_id
+    assert [json.loads(line) for line in replayed.stdout.splitlines()] == recorded.lines
     assert {e.origin for e in stored(recorded.cassette, replay_id)[1]} == {Origin.REPLAYED}
 
 
@@ -129,9 +121,11 @@ def test_a_fork_mocks_one_tool_host(recorded, tmp_path):
             [*CLIENTS, recorded.search.url, refunds.url],
             at=0,
             change=api.make_change(mocks=[f"{HOST_A}:*/v1/search=@search.json"], base_dir=tmp_path),
-            cassette=recorded.cassette,
-            intercept=InterceptOptions(
-                upstream_ca=str(recorded.ca.cert_path), confdir=config_dir(recorded)
+            options=api.Options(
+                cassette=recorded.cassette,
+                intercept=InterceptOptions(
+                    upstream_ca=str(recorded.ca.cert_path), confdir=config_dir(recorded)
+                ),
             ),
         )
     finally:
@@ -149,7 +143,7 @@ def test_an_llm_call_through_the_interceptor_is_read_with_its_dialect(tmp_path, 
     options = InterceptOptions(upstream_ca=str(ca.cert_path), confdir=tmp_path / "forkpoint")
     try:
         recorded = api.record(
-            [*LLM_AGENT, f"{llm.url}/v1"], cassette=cassette, upstream=None, intercept=options
+            [*LLM_AGENT, f"{llm.url}/v1"], api.Options(cassette=cassette, intercept=options)
         )
     finally:
         llm.stop()
@@ -169,7 +163,9 @@ def test_an_llm_call_through_the_interceptor_is_read_with_its_dialect(tmp_path, 
 
     # replayed offline (the fake model API is gone), streams included
     replayed = api.replay(
-        recorded.run_id, [*LLM_AGENT, f"{llm.url}/v1"], cassette=cassette, intercept=options
+        recorded.run_id,
+        [*LLM_AGENT, f"{llm.url}/v1"],
+        api.Options(cassette=cassette, intercept=options),
     )
     assert replayed.exit_code == 0 and replayed.status is RunStatus.FINISHED
     assert capfd.readouterr().out == answers
@@ -191,11 +187,9 @@ def test_serve_intercept_tells_runs_apart_by_proxy_user(tmp_path, cassette):
     ca = TestCA(tmp_path / "test-ca")
     tools = Service(tool_app("tools"), ca, HOST_A)
     port = free_port()
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
-    serving = subprocess.Popen(
-        [sys.executable, "-m", "forkpoint", "serve", "--cassette", str(cassette), "--port", "0",
-         "--intercept", "--intercept-port", str(port), "--upstream-ca", str(ca.cert_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    serving = start_forkpoint(
+        "serve", "--cassette", cassette, "--port", "0", "--intercept", "--intercept-port", port,
+        "--upstream-ca", ca.cert_path, env={"XDG_CONFIG_HOME": str(tmp_path / "config")},
     )  # fmt: skip
     try:
         assert serving.stdout is not None
@@ -227,12 +221,12 @@ def free_port() -> int:
 
 def test_ca_prints_the_certificate_and_how_to_trust_it(tmp_path):
     env = {"XDG_CONFIG_HOME": str(tmp_path)}
-    shown = CliRunner().invoke(main, ["ca"], env=env, catch_exceptions=False)
+    shown = invoke("ca", env=env)
     assert shown.exit_code == 0
     cert = Path(shown.stdout.strip())
     assert cert.parent == tmp_path / "forkpoint" and cert.read_bytes().startswith(b"-----BEGIN")
     assert (
         "update-ca-certificates" in shown.stderr and f"NODE_EXTRA_CA_CERTS={cert}" in shown.stderr
     )
-    bundle = CliRunner().invoke(main, ["ca", "--bundle"], env=env, catch_exceptions=False)
+    bundle = invoke("ca", "--bundle", env=env)
     assert cert.read_bytes().strip() in Path(bundle.stdout.strip()).read_bytes()

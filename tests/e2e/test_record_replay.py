@@ -194,7 +194,7 @@ def test_replay_returns_what_was_recorded_with_the_upstream_gone(
 ):
     upstream = start_upstream(ScriptedUpstream(tool_then_answer, chunk_delay=0.002))
     recording = start_proxy(upstream.url, routes={"anthropic": upstream.url})
-    run = recording.proxy.sessions.start_record(name=name).run
+    run = recording.record(name=name).run
     recorded = SCENARIOS[name](recording.proxy.url)
     recording.close()
     sent = upstream.request_count
@@ -202,7 +202,7 @@ def test_replay_returns_what_was_recorded_with_the_upstream_gone(
     upstream.stop()
 
     replaying = start_proxy(None)
-    replay_run = replaying.proxy.sessions.start_replay(name).run
+    replay_run = replaying.replay(name).run
     replayed = SCENARIOS[name](replaying.proxy.url)
     replaying.close()
 
@@ -218,7 +218,7 @@ def test_replay_returns_what_was_recorded_with_the_upstream_gone(
 def test_streams_replay_chunk_for_chunk(start_upstream, start_proxy, store):
     upstream = start_upstream(ScriptedUpstream(chunk_delay=0.003))
     recording = start_proxy(upstream.url)
-    run = recording.proxy.sessions.start_record().run
+    run = recording.record().run
     with openai_client(recording.proxy.url) as client:
         with client.chat.completions.with_streaming_response.create(
             model="gpt-4o",
@@ -235,7 +235,7 @@ def test_streams_replay_chunk_for_chunk(start_upstream, start_proxy, store):
     assert offsets == sorted(offsets) and offsets[-1] - offsets[0] >= 10  # the delays were seen
 
     replaying = start_proxy(None)
-    replaying.proxy.sessions.start_replay(run.id)
+    replaying.replay(run.id)
     with openai_client(replaying.proxy.url) as client:
         with client.chat.completions.with_streaming_response.create(
             model="gpt-4o",
@@ -248,7 +248,7 @@ def test_streams_replay_chunk_for_chunk(start_upstream, start_proxy, store):
 def test_secrets_never_reach_the_cassette_file(start_upstream, start_proxy, store, cassette):
     upstream = start_upstream(ScriptedUpstream(tool_then_answer))
     recording = start_proxy(upstream.url, routes={"anthropic": upstream.url})
-    recording.proxy.sessions.start_record()
+    recording.record()
     chat_agent(recording.proxy.url, stream=False)
     anthropic_agent(recording.proxy.url)
     recording.close()
@@ -262,7 +262,7 @@ def test_secrets_never_reach_the_cassette_file(start_upstream, start_proxy, stor
 def test_divergence_reaches_the_sdk_as_an_error_with_the_report(start_upstream, start_proxy, store):
     upstream = start_upstream()
     recording = start_proxy(upstream.url)
-    run = recording.proxy.sessions.start_record().run
+    run = recording.record().run
     with openai_client(recording.proxy.url) as client:
         client.chat.completions.create(
             model="gpt-4o", messages=[{"role": "user", "content": "refund A1001"}]
@@ -270,7 +270,7 @@ def test_divergence_reaches_the_sdk_as_an_error_with_the_report(start_upstream, 
     recording.close()
 
     replaying = start_proxy(None)
-    replay_run = replaying.proxy.sessions.start_replay(run.id).run
+    replay_run = replaying.replay(run.id).run
     with (
         openai_client(replaying.proxy.url) as client,
         pytest.raises(openai.BadRequestError) as caught,
@@ -292,7 +292,7 @@ def test_a_client_that_hangs_up_right_after_done_leaves_a_complete_exchange(
     """The openai SDK closes the connection as soon as it reads `[DONE]`; that is not a cut."""
     upstream = start_upstream(ScriptedUpstream(chunk_delay=0.001))
     recording = start_proxy(upstream.url)
-    run = recording.proxy.sessions.start_record().run
+    run = recording.record().run
     for index in range(8):  # a race per request: several give it the chance to show
         with openai_client(recording.proxy.url) as client:
             list(

@@ -16,20 +16,20 @@ import pytest
 
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.models import Origin, RunStatus
+from tests.runner import Ran, command_env
+from tests.runner import forkpoint as run_forkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = [sys.executable, str(ROOT / "tests/e2e/agents/stateful_agent.py")]
 
 
 def forkpoint(cassette: Path, *args: str, env: dict[str, str] | None = None,
-              agent: list[str] = AGENT) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    full_env = {**os.environ, "FORKPOINT_CASSETTE": str(cassette), "OPENAI_API_KEY": "k",
-                "PYTHONPATH": str(ROOT), **(env or {})}  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "forkpoint", *args, "--", *agent],
-                          capture_output=True, text=True, timeout=90, env=full_env)  # fmt: skip
+              agent: list[str] = AGENT) -> Ran:  # fmt: skip
+    return run_forkpoint(*args, "--", *agent, cassette=cassette,
+                         env={"OPENAI_API_KEY": "k", **(env or {})})  # fmt: skip
 
 
-def final_state(result: subprocess.CompletedProcess[str]) -> dict:  # type: ignore[type-arg]
+def final_state(result: Ran) -> dict:  # type: ignore[type-arg]
     return json.loads(result.stdout.splitlines()[0])
 
 
@@ -82,8 +82,7 @@ def test_an_agent_killed_mid_run_resumes_without_resending_a_step(upstream, cass
     assert [e.step for e in exchanges] == list(range(6))
     assert all(e.origin is Origin.LIVE for e in exchanges)
     store.close()
-    shown = subprocess.run([sys.executable, "-m", "forkpoint", "snapshots", "crashy", "--cassette", str(cassette)],
-                           capture_output=True, text=True).stdout  # fmt: skip
+    shown = run_forkpoint("snapshots", "crashy", cassette=cassette).stdout
     assert "agent" in shown and "FAILED" not in shown
 
 
@@ -99,7 +98,7 @@ def test_a_fork_restores_the_snapshot_nearest_before_its_step(upstream, cassette
     assert answers[:3] == [f"[gpt-4o] question {i}" for i in range(3)]
     assert answers[3:] == [f"[gpt-4o-mini] question {i}" for i in range(3, 6)]
     store = open_store(cassette)
-    child = store.find_run(forked.stdout.splitlines()[-1])
+    child = store.find_run(forked.run_id)
     steps = store.exchanges(child.id)
     assert [e.origin for e in steps] == [Origin.REPLAYED] * 3 + [
         Origin.LIVE
@@ -130,8 +129,7 @@ def test_the_workspace_comes_back_on_resume(upstream, cassette, tmp_path):
 
 
 def test_a_killed_proxy_leaves_a_resumable_run(upstream, cassette):
-    env = {**os.environ, "FORKPOINT_CASSETTE": str(cassette), "OPENAI_API_KEY": "k",
-           "PYTHONPATH": str(ROOT), "TURNS": "40"}  # fmt: skip
+    env = command_env(cassette, {"OPENAI_API_KEY": "k", "TURNS": "40"})
     process = subprocess.Popen([sys.executable, "-m", "forkpoint", "record", "--name", "doomed",
                                 "--upstream", upstream.url, "--", *AGENT],
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -7,9 +7,6 @@ what reached them; `forkpoint` and the agent run as subprocesses, as a user runs
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,14 +20,13 @@ from examples.support_agent.tools_service import REFUNDS, create_app
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.script import parse_prompt
 from forkpoint.testing.upstream import Reply, ScriptedUpstream, ToolCallSpec
+from tests.runner import Ran
+from tests.runner import forkpoint as run_forkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "examples" / "support_agent" / "agent.py"
 TICKET = "My order A1001 arrived but the shoes don't fit. Can I get a refund?"
 ANSWER = "Refund of $89.90 issued for order A1001 (RF-7001)."
-# The console script sits next to the interpreter in a venv; there is no `python -m forkpoint`.
-BIN = Path(sys.executable).parent
-FORKPOINT = shutil.which("forkpoint", path=str(BIN)) or shutil.which("forkpoint")
 
 
 class RunningTools:
@@ -61,26 +57,16 @@ def tools() -> Iterator[RunningTools]:
     running.stop()
 
 
-def forkpoint(*args: str, api_key: bool = True) -> subprocess.CompletedProcess[str]:
+def forkpoint(*args: str, api_key: bool = True) -> Ran:
     """Run the CLI as a user would, with none of the caller's agent or forkpoint settings."""
-    assert FORKPOINT, "the forkpoint console script is not installed"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("OPENAI_", "SUPPORT_", "FORKPOINT_"))
-    }
-    if api_key:
-        env["OPENAI_API_KEY"] = "sk-test"
-    return subprocess.run(
-        [FORKPOINT, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
-    )
+    env = {"OPENAI_API_KEY": "sk-test"} if api_key else {}
+    return run_forkpoint(*args, env=env, clean=True, console=True, cwd=REPO)
 
 
-def answer_and_run(done: subprocess.CompletedProcess[str]) -> tuple[str, str]:
-    """Split a record/replay's stdout into the agent's answer and the run id printed last."""
+def answer_and_run(done: Ran) -> tuple[str, str]:
+    """The agent's answer (its stdout) and the run id forkpoint reported."""
     assert done.returncode == 0, done.stderr
-    *answer, run_id = done.stdout.strip().splitlines()
-    return "\n".join(answer), run_id
+    return done.stdout.strip(), done.run_id
 
 
 def test_record_then_replay_offline(start_upstream, tools, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from forkpoint.api import agent_env
+from forkpoint.api.env import agent_env
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.engine.changes import Change
 from forkpoint.models import Exchange, Mode, Origin, Run, RunStatus
@@ -165,7 +165,7 @@ class Stacks:
         base["NO_PROXY"] = base["no_proxy"] = "127.0.0.1,localhost"
         if run.mode is not Mode.REPLAY:  # replay needs no key: forkpoint sets a placeholder
             base["OPENAI_API_KEY"] = base["ANTHROPIC_API_KEY"] = RECORD_KEY
-        return agent_env(url, run.id, mode=run.mode, base=base)
+        return agent_env(url, run.id, offline=run.mode is Mode.REPLAY, base=base)
 
     def _live(self, script: Script) -> tuple[Any, Any]:
         upstream = self._start_upstream(ScriptedUpstream(script, chunk_delay=0.001, compress=True))
@@ -184,7 +184,7 @@ class Stacks:
         """Record a run whose responses have `statuses` (all 200 by default); `ends=CRASHED`
         closes it as `forkpoint record` does when the agent exits non-zero."""
         upstream, proxy = self._live(script)
-        run = proxy.proxy.sessions.start_record(name="recorded").run
+        run = proxy.record(name="recorded").run
         output = agent(self.env(proxy.proxy.url, run))
         proxy.close(ends)
         upstream.stop()
@@ -203,7 +203,7 @@ class Stacks:
         must see exactly what it saw when recorded."""
         sent = recorded.upstream.request_count
         proxy = self._start_proxy(None)
-        run = proxy.proxy.sessions.start_replay(recorded.run.id, name="replayed").run
+        run = proxy.replay(recorded.run.id, name="replayed").run
         output = agent(self.env(proxy.proxy.url, run))
         proxy.close()
         exchanges = self.store.exchanges(run.id)
@@ -225,7 +225,7 @@ class Stacks:
     ) -> Recorded:
         """Steps < `at` from the cassette, the rest live to a fresh upstream with `change`."""
         upstream, proxy = self._live(script)
-        run = proxy.proxy.sessions.start_fork(recorded.run.id, at=at, change=change).run
+        run = proxy.fork(recorded.run.id, at=at, change=change).run
         output = agent(self.env(proxy.proxy.url, run))
         proxy.close()
         upstream.stop()
@@ -244,7 +244,7 @@ class Stacks:
     def resume(self, crashed: Recorded, agent: Agent, script: Script) -> Recorded:
         """Go on with a crashed run: its steps from the cassette, the rest live, same run."""
         upstream, proxy = self._live(script)
-        run = proxy.proxy.sessions.start_resume(crashed.run.id).run
+        run = proxy.resume(crashed.run.id).run
         output = agent(self.env(proxy.proxy.url, run))
         proxy.close()
         upstream.stop()

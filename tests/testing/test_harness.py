@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.api import DEFAULT_UPSTREAM
+from forkpoint.api import Options
 from forkpoint.errors import ConfigError
-from forkpoint.testing.harness import CassetteProxy, Options, Served, default_cassette, options_for
+from forkpoint.testing.harness import (
+    CassetteOptions,
+    CassetteProxy,
+    Served,
+    default_cassette,
+    options_for,
+)
 from forkpoint.testing.record_mode import RecordMode
 
 
@@ -38,25 +44,28 @@ def test_default_cassettes_sit_beside_the_test_module():
 def test_the_marker_wins_over_the_command_line(monkeypatch):
     monkeypatch.setenv("FORKPOINT_UPSTREAM", "http://env")
     default = Path("/t/cassettes/test_m/test_a.yaml")
-    options = options_for((), {}, default=default, record="once", upstream=None, name="n")
-    assert (options.upstream, dict(options.routes), options.record) == (
+    setup = options_for((), {}, default=default, record="once", upstream=None, name="n")
+    options = setup.options
+    assert (options.upstream, dict(options.routes), setup.record) == (
         "http://env", {"anthropic": "http://env"}, RecordMode.ONCE,
     )  # fmt: skip
-    options = options_for(
+    setup = options_for(
         ("shared.yaml",), {"upstream": "http://marker", "routes": {"tools": "http://tools"},
         "volatile_fields": ["user"], "pace": "x2"},
         default=default, record="rewrite", upstream="http://cli", name="n",
     )  # fmt: skip
-    assert options.cassette == Path("/t/cassettes/test_m/shared.yaml")
+    options = setup.options
+    assert setup.cassette == Path("/t/cassettes/test_m/shared.yaml")
     assert dict(options.routes) == {"anthropic": "http://marker", "tools": "http://tools"}
-    assert (options.volatile_fields, options.pace.factor, options.record) == (
+    assert (options.volatile_fields, options.pace.factor, setup.record) == (
         ("user",),
         2.0,
         RecordMode.ALL,
     )
     monkeypatch.delenv("FORKPOINT_UPSTREAM")
     plain = options_for((), {}, default=default, record="none", upstream=None, name="n")
-    assert (plain.upstream, dict(plain.routes)) == (DEFAULT_UPSTREAM, {})
+    # nothing named: a recording goes to the real APIs, a fork where its cassette's went
+    assert (plain.options.upstream, dict(plain.options.routes)) == (None, {})
 
 
 @pytest.mark.parametrize(
@@ -89,13 +98,15 @@ def test_how_a_test_is_served(tmp_path, record, exists, served):
     cassette = tmp_path / "c.yaml"
     if exists:
         cassette.write_text("interactions: []\n")
-    assert CassetteProxy(Options(cassette=cassette, record=record)).served is served
+    assert CassetteProxy(CassetteOptions(cassette=cassette, record=record)).served is served
 
 
 def test_record_then_replay_with_what_is_left_unplayed(tmp_path, upstream, monkeypatch):
     cassette = tmp_path / "c.yaml"
     recording = CassetteProxy(
-        Options(cassette=cassette, record=RecordMode.ONCE, upstream=upstream.url)
+        CassetteOptions(
+            cassette=cassette, record=RecordMode.ONCE, options=Options(upstream=upstream.url)
+        )
     )
     env = recording.start()
     assert env["OPENAI_BASE_URL"] == f"{recording.url}/v1" == recording.openai_base_url
@@ -106,7 +117,7 @@ def test_record_then_replay_with_what_is_left_unplayed(tmp_path, upstream, monke
     upstream.stop()
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-real")
-    replaying = CassetteProxy(Options(cassette=cassette))
+    replaying = CassetteProxy(CassetteOptions(cassette=cassette))
     env = replaying.start()
     assert "OPENAI_API_KEY" not in env  # a key that is set stays as it is
     assert ask(replaying.url, "b") == "[gpt-4o] b"

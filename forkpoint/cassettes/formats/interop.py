@@ -23,8 +23,7 @@ from forkpoint.engine import matching
 from forkpoint.engine.dialects import summarize_exchange
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 from forkpoint.engine.redaction import redact_headers, redact_route
-from forkpoint.models import Chunk, Exchange, Headers, Mode, Origin, Run, RunStatus
-from forkpoint.runtime.sessions import new_run_id
+from forkpoint.models import Chunk, Exchange, Headers, Mode, Origin, Run, RunStatus, new_run_id
 
 # The URI of an exchange that never went upstream (replayed, mocked, refused): a reserved name
 # (RFC 2606), so nothing can ever answer it by accident.

@@ -226,6 +226,14 @@ class SqliteStore:
                 ).fetchone()[0]
             )
 
+    def next_step(self, run_id: str) -> int:
+        """The step after the run's highest: a crash may have left gaps below it."""
+        with self._lock:
+            (found,) = self._conn.execute(
+                "SELECT max(step) FROM exchanges WHERE run_id=?", (run_id,)
+            ).fetchone()
+        return 0 if found is None else int(found) + 1
+
     # exchanges
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
@@ -299,6 +307,13 @@ class SqliteStore:
             return b"".join(found[digest] for digest in hashes)
         except KeyError as missing:
             raise CassetteError(f"{self.path} lacks blob {missing}: the file is damaged") from None
+
+    def response_keys(self, run_id: str) -> dict[int, str]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT step, response_body FROM exchanges WHERE run_id=?", (run_id,)
+            ).fetchall()
+        return dict(rows)
 
     def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
         with self._lock:

@@ -1,8 +1,9 @@
-"""Commits completed exchanges and snapshots to a store, in whichever thread or process runs it.
+"""Commits new runs, completed exchanges and snapshots to a store, in whichever thread or
+process runs it.
 
-Everything the live path leaves for later happens here: summarizing bodies (decompression, SSE
-parsing), fingerprinting, hashing and compressing blobs, one transaction per batch. It imports
-no asyncio or aiohttp, so the writer process starts quickly.
+Everything the live path leaves for later happens here: creating runs, summarizing bodies
+(decompression, SSE parsing), fingerprinting, hashing and compressing blobs, one transaction
+per batch. It imports no asyncio or aiohttp, so the writer process starts quickly.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ import time
 from collections.abc import Sequence
 
 from forkpoint.cassettes.store import Store
-from forkpoint.engine.dialects import summarize_exchange
-from forkpoint.engine.matching import MatchConfig, fingerprint_of
-from forkpoint.errors import CassetteError
-from forkpoint.models import Exchange, Snapshot
+from forkpoint.engine.derive import derive
+from forkpoint.engine.matching import MatchConfig
+from forkpoint.errors import CassetteError, RunNotFound
+from forkpoint.models import Exchange, Run, Snapshot
 
 log = logging.getLogger(__name__)
 
 RETRIES = 10
 
-Item = Exchange | Snapshot
+Item = Exchange | Snapshot | Run
 
 
 class CassetteWriter:
@@ -30,7 +31,9 @@ class CassetteWriter:
         self.match = match
 
     def write(self, batch: Sequence[Item]) -> None:
-        """Commit `batch`: its exchanges in one transaction, then each snapshot."""
+        """Commit `batch`: its new runs, its exchanges in one transaction, then each snapshot."""
+        for run in (item for item in batch if isinstance(item, Run)):
+            self._create_run(run)
         exchanges = [item for item in batch if isinstance(item, Exchange)]
         if exchanges:
             self._write_exchanges(exchanges)
@@ -39,16 +42,7 @@ class CassetteWriter:
 
     def _write_exchanges(self, exchanges: list[Exchange]) -> None:
         for exchange in exchanges:
-            if exchange.summary is None:
-                exchange.summary = summarize_exchange(exchange)
-            if not exchange.fingerprint:
-                exchange.fingerprint = fingerprint_of(
-                    exchange.method,
-                    exchange.route,
-                    exchange.request_body,
-                    exchange.request_headers,
-                    self.match,
-                )
+            derive(exchange, self.match)
         try:
             self.store.add_exchanges(exchanges)
             return
@@ -57,6 +51,15 @@ class CassetteWriter:
         # One bad exchange must not take the rest of its batch down with it.
         for exchange in exchanges:
             self._write_one(exchange)
+
+    def _create_run(self, run: Run) -> None:
+        try:
+            self.store.create_run(run)
+        except Exception:
+            try:  # another proxy on the same cassette made it first
+                self.store.get_run(run.id)
+            except RunNotFound:
+                log.exception("forkpoint: could not create run %s", run.id)
 
     def _write_snapshot(self, snapshot: Snapshot) -> None:
         try:

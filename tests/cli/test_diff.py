@@ -6,15 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from forkpoint.cli import main
 from tests.compare.conftest import FORK_STEP
+from tests.runner import Ran, invoke
 
 
-def forkpoint(cassette: Path, *args: str) -> Result:
-    env = {"FORKPOINT_CASSETTE": str(cassette), "COLUMNS": "160"}
-    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+def forkpoint(cassette: Path, *args: str) -> Ran:
+    return invoke(*args, cassette=cassette)
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import orjson
 import pytest
 import vcr
 
+from forkpoint import api
 from forkpoint.cassettes.formats import text
-from forkpoint.cassettes.transfer import export_run, import_file
 from forkpoint.engine.encoding import header
 from forkpoint.errors import CassetteError, SchemaVersionError
 from forkpoint.models import Chunk, Exchange, Origin, Run, RunStatus
@@ -53,7 +53,7 @@ def recorded(start_upstream, start_proxy, store):  # type: ignore[no-untyped-def
     """A run recorded through the proxy with a plain HTTP client: (run id, bodies, upstream)."""
     upstream = start_upstream(ScriptedUpstream(chunk_delay=0.002, compress=True))
     proxy = start_proxy(upstream.url)
-    run = proxy.proxy.sessions.start_record(name="text-run").run
+    run = proxy.record(name="text-run").run
     seen = [post(f"{proxy.proxy.url}/v1/chat/completions", chat(q, s)) for q, s in QUESTIONS]
     proxy.close()
     return run.id, seen, upstream
@@ -91,7 +91,7 @@ def test_a_run_reads_back_as_it_was_written(recorded, store):
 def test_vcrpy_plays_an_exported_run_in_process(recorded, cassette, tmp_path):
     run_id, seen, upstream = recorded
     path = tmp_path / "exported.yaml"
-    path.write_text(export_run(run_id, fmt="vcr", cassette=cassette))
+    path.write_text(api.export_run(run_id, fmt="vcr", options=api.Options(cassette=cassette)))
     upstream.stop()  # vcrpy must answer every request itself
     with vcr.use_cassette(str(path), record_mode="none"):
         played = [post(f"{upstream.url}/v1/chat/completions", chat(q, s)) for q, s in QUESTIONS]
@@ -112,7 +112,7 @@ def test_a_vcrpy_recording_imports_and_replays_through_the_proxy(
     assert "sk-vcr-secret" in path.read_text()  # vcrpy keeps credentials unless told not to
     upstream.stop()
 
-    run, steps = import_file(path, cassette=cassette)
+    run, steps = _imported(api.import_run(path, options=api.Options(cassette=cassette)))
     assert steps == 2 and run.labels["imported_from"] == "vcrpy.yaml"
     assert b"sk-vcr-secret" not in b"".join(p.read_bytes() for p in tmp_path.glob("cassette.db*"))
     imported = store.exchanges(run.id)
@@ -120,7 +120,7 @@ def test_a_vcrpy_recording_imports_and_replays_through_the_proxy(
     assert imported[1].chunks is not None and len(imported[1].chunks) >= 4  # cut into events
 
     proxy = start_proxy(None)
-    proxy.proxy.sessions.start_replay(run.id)
+    proxy.replay(run.id)
     played = [post(f"{proxy.proxy.url}/v1/chat/completions", chat(q, s)) for q, s in QUESTIONS]
     for (_, stream), live, again in zip(QUESTIONS, seen, played, strict=True):
         assert live == again if stream else json.loads(live) == json.loads(again)
@@ -248,3 +248,7 @@ def test_write_leaves_no_temporary_file_and_creates_folders(tmp_path):
     assert orjson.loads(text.read(path)[1][0].request_body) == {"model": "gpt-4o"}
     with pytest.raises(CassetteError, match="no cassette at"):
         text.read(Path(tmp_path / "absent.yaml"))
+
+
+def _imported(imported: api.Imported) -> tuple[Run, int]:
+    return imported.run, imported.steps

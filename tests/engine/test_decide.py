@@ -5,17 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from forkpoint.engine.decide import (
-    EngineConfig,
-    Fail,
-    Forward,
-    Request,
-    Routes,
-    Serve,
-    Session,
-    decide,
-)
+from forkpoint.engine.config import EngineConfig, Routes
+from forkpoint.engine.decide import Fail, Forward, Request, Serve, decide
 from forkpoint.engine.matching import MatchConfig
+from forkpoint.engine.session import Session
 from forkpoint.models import Exchange, Mode, Origin, Run, RunStatus
 
 CONFIG = EngineConfig(
@@ -47,9 +40,7 @@ def recorded_run(*bodies: bytes, route: str = "/v1/chat/completions") -> list[Ex
 
 
 def replay_session(source: list[Exchange], config: EngineConfig = CONFIG) -> Session:
-    session = Session(Run("rep", mode=Mode.REPLAY, parent_id="rec"))
-    session.load(source, config)
-    return session
+    return Session.replay(Run("rep", mode=Mode.REPLAY, parent_id="rec"), source, config)
 
 
 def test_record_forwards_to_the_upstream_of_the_route_and_numbers_steps():

@@ -4,24 +4,13 @@ into a pytest cassette in one command."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from forkpoint.testing.upstream import ScriptedUpstream
+from tests.runner import forkpoint
 
 pytest_plugins = ["pytester"]
-
-
-def forkpoint(*args: str, cassette: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "forkpoint", *args],
-        capture_output=True, text=True, timeout=60,
-        env={**os.environ, "FORKPOINT_CASSETTE": str(cassette)},
-    )  # fmt: skip
 
 
 @pytest.fixture
@@ -31,7 +20,7 @@ def production_run(start_upstream, start_proxy):  # type: ignore[no-untyped-def]
 
     upstream = start_upstream(ScriptedUpstream())
     proxy = start_proxy(upstream.url)
-    proxy.proxy.sessions.start_record(name="prod-1")
+    proxy.record(name="prod-1")
     with openai.OpenAI(
         base_url=f"{proxy.proxy.url}/v1", api_key="sk-prod", max_retries=0
     ) as client:

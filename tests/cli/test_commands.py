@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,8 @@ import pytest
 
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.models import RunStatus
+from tests.runner import Ran
+from tests.runner import forkpoint as run_forkpoint
 
 AGENT = """
 import os, sys, openai
@@ -23,16 +24,10 @@ print("run", os.environ["FORKPOINT_RUN"], file=sys.stderr)
 """
 
 
-def forkpoint(
-    *args: str, cassette: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    import os
-
-    return subprocess.run(
-        [sys.executable, "-m", "forkpoint", *args],
-        capture_output=True, text=True, timeout=60,
-        env={**os.environ, "FORKPOINT_CASSETTE": str(cassette), "OPENAI_API_KEY": "sk-cli-secret", **(env or {})},
-    )  # fmt: skip
+def forkpoint(*args: str, cassette: Path, env: dict[str, str] | None = None) -> Ran:
+    return run_forkpoint(
+        *args, cassette=cassette, env={"OPENAI_API_KEY": "sk-cli-secret", **(env or {})}
+    )
 
 
 @pytest.fixture
@@ -59,8 +54,9 @@ def test_record_show_runs_and_replay(upstream, cassette, agent):
         cassette=cassette,
     )
     assert recorded.returncode == 0, recorded.stderr
-    assert recorded.stdout.splitlines()[:2] == ["[gpt-4o] hello", "[gpt-4o] again"]
-    run_id = recorded.stdout.splitlines()[-1]
+    # stdout is the command's alone: forkpoint speaks on stderr
+    assert recorded.stdout == "[gpt-4o] hello\n[gpt-4o] again\n"
+    run_id = recorded.run_id
     assert f"run {run_id}" in recorded.stderr and "finished, 2 steps" in recorded.stderr
 
     shown = json.loads(forkpoint("show", "cli-run", "--json", cassette=cassette).stdout)
@@ -87,7 +83,7 @@ def test_record_show_runs_and_replay(upstream, cassette, agent):
         env={"OPENAI_API_KEY": ""},
     )
     assert replayed.returncode == 0, replayed.stderr
-    assert replayed.stdout.splitlines()[:2] == ["[gpt-4o] hello", "[gpt-4o] again"]
+    assert replayed.stdout == "[gpt-4o] hello\n[gpt-4o] again\n"
     assert upstream.request_count == sent
 
     listed = json.loads(forkpoint("runs", "--json", cassette=cassette).stdout)
@@ -131,6 +127,41 @@ def test_a_replay_that_diverges_fails_the_agent_and_says_why(upstream, cassette,
     )
     assert replayed.returncode == 1
     assert "forkpoint divergence" in replayed.stderr and '"hello" → "goodbye"' in replayed.stderr
+    assert "diverged" in replayed.stderr
+
+
+def test_output_without_a_final_newline_stays_as_the_command_wrote_it(upstream, cassette, tmp_path):
+    """`forkpoint record -- prog | jq` must see prog's output alone."""
+    prog = tmp_path / "prog.py"
+    prog.write_text('import sys; sys.stdout.write(\'{"answer": 42}\')')
+    done = forkpoint(
+        "record", "--upstream", upstream.url, "--", sys.executable, str(prog), cassette=cassette
+    )
+    assert done.returncode == 0 and done.stdout == '{"answer": 42}'
+    assert json.loads(done.stdout) == {"answer": 42}
+
+
+def test_a_replay_that_diverges_exits_non_zero_even_if_the_agent_swallows_it(
+    upstream, cassette, tmp_path
+):
+    swallow = tmp_path / "swallow.py"
+    swallow.write_text(AGENT.replace(
+        "    answer = client.chat.completions.create(",
+        "    try:\n        answer = client.chat.completions.create(",
+    ).replace(
+        "    print(answer.choices[0].message.content)",
+        "    except openai.APIStatusError:\n        continue\n"
+        "    print(answer.choices[0].message.content)",
+    ).replace(
+        'model="gpt-4o", messages=[{"role": "user", "content": question}])',
+        '    model="gpt-4o", messages=[{"role": "user", "content": question}])',
+    ))  # fmt: skip
+    forkpoint("record", "--name", "r", "--upstream", upstream.url, "--", sys.executable,
+              str(swallow), "hello", cassette=cassette)  # fmt: skip
+    replayed = forkpoint(
+        "replay", "r", "--", sys.executable, str(swallow), "goodbye", cassette=cassette
+    )
+    assert replayed.returncode == 3, replayed.stderr  # the README's documented exit code
     assert "diverged" in replayed.stderr
 
 

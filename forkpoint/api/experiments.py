@@ -1,11 +1,12 @@
 """Experiments: fork many recorded runs with one change, in parallel, and keep the branches.
 
-`run_experiment` forks every selected run (`experiment_select`) at a step given as a number or
+`experiment` forks every selected run (`experiment_select`) at a step given as a number or
 as `first-llm` / `last-llm` (each run's first or last model call), each fork a real
-`forkpoint.api.fork` on a worker thread (it runs its own event loop and proxy), at most
-`concurrency` at a time. The command is a template: `{run}`, `{name}` and `{label:KEY}` are
-replaced by each selected run's id, name and label, so each agent gets its own input back (a
-ticket recorded with `--label ticket=…` is passed as `"{label:ticket}"`).
+`forkpoint.fork` on a worker thread (it runs its own event loop and proxy), at most
+`concurrency` at a time, each with the same `Options` (where live traffic goes, the divergence
+policy, the labels every branch gets). The command is a template: `{run}`, `{name}` and
+`{label:KEY}` are replaced by each selected run's id, name and label, so each agent gets its
+own input back (a ticket recorded with `--label ticket=…` is passed as `"{label:ticket}"`).
 
 The agents' output goes to a log per fork, not to the terminal, where K agents would
 interleave; a failed fork reports the log's last lines. A run that cannot be forked (no model
@@ -16,28 +17,29 @@ so an interrupted experiment keeps what it did; `experiment_results` reads them 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from forkpoint import api
-from forkpoint.cassettes.sqlite.store import SqliteStore
-from forkpoint.cassettes.store import StoredBranch, StoredExperiment
+from forkpoint.api.commands import fork
+from forkpoint.api.options import Options, cassette_path
+from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.store import Store, StoredBranch, StoredExperiment
 from forkpoint.compare.experiment_check import Check, CheckRun, load_check
+from forkpoint.compare.experiment_results import Experiment, load_experiment
 from forkpoint.compare.experiment_select import select_runs
 from forkpoint.engine.changes import Change
-from forkpoint.engine.decide import OnDivergence
-from forkpoint.engine.pace import Pace
 from forkpoint.errors import ConfigError, ForkpointError
 from forkpoint.models import Exchange, Kind, Origin, Run, RunStatus
 
-__all__ = ["ExperimentSpec", "fork_step", "run_experiment", "substitute"]
+__all__ = ["ExperimentSpec", "aexperiment", "experiment", "fork_step", "substitute"]
 
 AT_NAMES = ("first-llm", "last-llm")
 _PLACEHOLDER = re.compile(r"\{(run|name|label:[^{}]+)\}")
@@ -46,7 +48,8 @@ LOG_LINES = 5  # of a failed fork's output, kept with its error
 
 @dataclass(frozen=True, slots=True)
 class ExperimentSpec:
-    """What an experiment does; stored with it as JSON (`to_json`)."""
+    """What an experiment does, beside the `Options` each fork runs with; stored with it as
+    JSON (`to_json`)."""
 
     command: tuple[str, ...]
     at: str  # a step number, "first-llm" or "last-llm"
@@ -56,14 +59,8 @@ class ExperimentSpec:
     check: str | None = None
     concurrency: int = 4
     name: str | None = None  # None: exp-YYYYMMDD-HHMMSS
-    on_divergence: OnDivergence = OnDivergence.FAIL
-    restore: bool = True  # give agents with an adapter their state at the fork step
-    upstream: str | None = api.DEFAULT_UPSTREAM
-    routes: Mapping[str, str] = field(default_factory=dict)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    pace: Pace = Pace()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, options: Options) -> dict[str, Any]:
         return {
             "runs": list(self.runs),
             "select": list(self.select),
@@ -72,11 +69,11 @@ class ExperimentSpec:
             "check": self.check,
             "command": list(self.command),
             "concurrency": self.concurrency,
-            "on_divergence": self.on_divergence.value,
-            "restore": self.restore,
-            "upstream": self.upstream,
-            "routes": dict(self.routes),
-            "labels": dict(self.labels),
+            "on_divergence": options.on_divergence.value,
+            "restore": options.restore,
+            "upstream": options.upstream,
+            "routes": dict(options.routes),
+            "labels": dict(options.labels),
         }
 
 
@@ -109,24 +106,23 @@ def substitute(command: Sequence[str], run: Run) -> tuple[str, ...]:
     return tuple(_PLACEHOLDER.sub(value, part) for part in command)
 
 
-def run_experiment(
-    spec: ExperimentSpec,
-    *,
-    cassette: str | Path | None = None,
-    on_branch: Callable[[StoredBranch, Run, int], None] | None = None,
-) -> str:
-    """Fork the selected runs, store the experiment, and return its name.
+OnBranch = Callable[[StoredBranch, Run, int], None]
+
+
+def experiment(
+    spec: ExperimentSpec, options: Options = Options(), *, on_branch: OnBranch | None = None
+) -> Experiment:
+    """Fork the selected runs, store the experiment, and return its results.
 
     `on_branch(branch, source, total)` is called on this thread as each branch is stored, for
-    progress reports.
-    Raises ConfigError before forking anything when no run is selected, the check cannot be
-    loaded, `at` is not a step or the name is taken.
+    progress reports. Raises ConfigError before forking anything when no run is selected, the
+    check cannot be loaded, `at` is not a step or the name is taken.
     """
     if spec.at not in AT_NAMES and not spec.at.isdigit():
         raise ConfigError(f"--at {spec.at!r}: give a step number, first-llm or last-llm")
     if spec.concurrency < 1:
         raise ConfigError("--concurrency must be 1 or more")
-    path = api.cassette_path(cassette)
+    path = cassette_path(options.cassette)
     store = SqliteStore(path, create=False)
     try:
         sources = select_runs(store, spec.runs, spec.select)
@@ -134,8 +130,8 @@ def run_experiment(
             raise ConfigError(f"no run in {path} matches {' '.join(spec.select)}")
         check = load_check(spec.check) if spec.check else None
         name = spec.name or _default_name(store)
-        store.create_experiment(StoredExperiment(name, time.time(), None, spec.to_json()))
-        forker = _Forker(spec, name, path, store, check)
+        store.create_experiment(StoredExperiment(name, time.time(), None, spec.to_json(options)))
+        forker = _Forker(spec, options, name, store, check)
         with tempfile.TemporaryDirectory(prefix="forkpoint-experiment-") as logs:
             pool = ThreadPoolExecutor(spec.concurrency, thread_name_prefix="forkpoint-fork")
             try:
@@ -151,12 +147,19 @@ def run_experiment(
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
         store.finish_experiment(name, ended_at=time.time())
-        return name
+        return load_experiment(store, name)
     finally:
         store.close()
 
 
-def _default_name(store: SqliteStore) -> str:
+async def aexperiment(
+    spec: ExperimentSpec, options: Options = Options(), *, on_branch: OnBranch | None = None
+) -> Experiment:
+    """`experiment` for asyncio code: the forks run on worker threads, the loop goes on."""
+    return await asyncio.to_thread(experiment, spec, options, on_branch=on_branch)
+
+
+def _default_name(store: Store) -> str:
     taken = {experiment.name for experiment in store.list_experiments()}
     base = datetime.now().strftime("exp-%Y%m%d-%H%M%S")
     return next(n for n in (base, *(f"{base}-{i}" for i in range(2, 1000))) if n not in taken)
@@ -167,9 +170,9 @@ class _Forker:
     """Forks one selected run and judges the branch; called on the pool's threads."""
 
     spec: ExperimentSpec
+    options: Options
     name: str
-    path: Path
-    store: SqliteStore  # shared: it serializes its calls
+    store: Store  # shared: it serializes its calls
     check: Check | None
 
     def fork(self, seq: int, source: Run, logs: Path) -> StoredBranch:
@@ -182,19 +185,13 @@ class _Forker:
             return StoredBranch(seq, source.id, None, str(error), result)
         log = logs / f"{seq}.log"
         try:
-            forked = api.fork(
-                source.id,
-                _logged(command, log),
-                at=at,
-                change=self.spec.change,
-                cassette=self.path,
-                upstream=self.spec.upstream,
-                routes=self.spec.routes,
+            options = replace(
+                self.options,
                 name=f"{self.name}/{source.name or source.id}",
-                labels={**source.labels, **self.spec.labels, "experiment": self.name},
-                on_divergence=self.spec.on_divergence,
-                restore=self.spec.restore,
-                pace=self.spec.pace,
+                labels={**source.labels, **self.options.labels, "experiment": self.name},
+            )
+            forked = fork(
+                source.id, _logged(command, log), at=at, change=self.spec.change, options=options
             )
         except (ForkpointError, OSError) as error:
             return StoredBranch(seq, source.id, None, str(error), result)

@@ -117,14 +117,14 @@ def request(
 @pytest.fixture
 def recording(start_proxy, tools):  # type: ignore[no-untyped-def]
     thread = start_proxy(None, routes={"tools": tools.url}, read_timeout=0.5)
-    thread.run = thread.proxy.sessions.start_record().run
+    thread.run = thread.record().run
     return thread
 
 
 def replay(start_proxy, recording):  # type: ignore[no-untyped-def]
     recording.close()
     thread = start_proxy(None)
-    thread.run = thread.proxy.sessions.start_replay(recording.run.id).run
+    thread.run = thread.replay(recording.run.id).run
     return thread
 
 
@@ -165,7 +165,7 @@ def test_a_20_mb_body_is_recorded_and_replayed(start_proxy, store, recording):
 
 def test_a_body_over_the_limit_is_refused_with_413(start_proxy, tools):
     thread = start_proxy(None, routes={"tools": tools.url}, max_body=1024)
-    thread.proxy.sessions.start_record()
+    thread.record()
     status, _, body = request(thread.proxy.url + "/tools/echo", "POST", b"x" * 4096)
     assert status == 413 and b"--max-body" in body
 
@@ -178,28 +178,105 @@ def test_upstream_errors_pass_through_are_recorded_and_replay(start_proxy, store
     assert request(replaying.proxy.url + f"/tools/status/{code}")[:3:2] == (code, body)
 
 
-def test_a_stalled_upstream_gets_a_clear_504(store, recording):
+def test_a_stalled_upstream_is_given_up_on_and_the_agent_sees_its_connection_close(
+    store, recording
+):
     started = time.monotonic()
-    status, _, body = request(recording.proxy.url + "/tools/stall")
-    assert status == 504 and b"did not answer in time" in body
+    with pytest.raises(http.client.RemoteDisconnected):
+        request(recording.proxy.url + "/tools/stall")
     assert time.monotonic() - started < 3
     recording.close()
     [exchange] = store.exchanges(recording.run.id)
-    assert exchange.status == 504 and exchange.complete is False
+    assert exchange.status is None and exchange.complete is False
+    assert "did not answer in time" in (exchange.error or "")
 
 
-def test_an_unreachable_upstream_gets_a_clear_502(start_proxy, store):
+class DroppingUpstream:
+    """An upstream whose first `drops` connections close before any answer (a reset, a
+    restart), then a ScriptedUpstream's answers."""
+
+    def __init__(self, real_url: str, drops: int):
+        self.real = urlsplit(real_url)
+        self.left = drops
+        self.accepted = 0
+        self._thread = LoopThread("dropping-upstream")
+        self.url = self._thread.call(self._start())
+
+    async def _start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        if self.left > 0:
+            self.left -= 1
+            await reader.readuntil(b"\r\n\r\n")
+            writer.transport.abort()
+            return
+        up_reader, up_writer = await asyncio.open_connection(self.real.hostname, self.real.port)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def stop(self) -> None:
+        self._server.close()
+        self._thread.close()
+
+
+def test_an_upstream_that_drops_the_connection_is_retried_by_the_sdk_as_without_forkpoint(
+    start_upstream, start_proxy, store
+):
+    """A dropped connection is a network failure the SDK retries; forkpoint passes it on as
+    one (no 502 telling it not to retry), and a replay drops it again, so the SDK retries
+    the same way and the run replays to the end."""
+    real = start_upstream()
+    dropping = DroppingUpstream(real.url, drops=1)
+    try:
+        thread = start_proxy(dropping.url)
+        run = thread.record().run
+        with openai.OpenAI(base_url=thread.proxy.url + "/v1", api_key="k", max_retries=2) as client:
+            answer = client.chat.completions.create(
+                model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+            )
+        assert answer.choices[0].message.content == "[gpt-4o] hi"
+        thread.close()
+    finally:
+        dropping.stop()
+    dropped, answered = store.exchanges(run.id)
+    assert dropped.status is None and not dropped.complete
+    assert "cannot reach upstream" in (dropped.error or "")
+    assert answered.status == 200
+    real.stop()
+    replaying = start_proxy(None)
+    replaying.replay(run.id)
+    with openai.OpenAI(base_url=replaying.proxy.url + "/v1", api_key="k", max_retries=2) as client:
+        again = client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert again.choices[0].message.content == "[gpt-4o] hi"
+
+
+def test_an_unreachable_upstream_is_a_connection_error_not_a_final_502(start_proxy, store):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
     thread = start_proxy(dead)
-    thread.proxy.sessions.start_record()
-    with openai.OpenAI(base_url=thread.proxy.url + "/v1", api_key="k", max_retries=0) as client:
-        with pytest.raises(openai.InternalServerError) as caught:
+    run = thread.record().run
+    with openai.OpenAI(base_url=thread.proxy.url + "/v1", api_key="k", max_retries=1) as client:
+        with pytest.raises(openai.APIConnectionError):
             client.chat.completions.create(
                 model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
             )
-    assert caught.value.status_code == 502 and "cannot reach upstream" in caught.value.message
+    thread.close()
+    attempts = store.exchanges(run.id)
+    assert len(attempts) == 2  # the SDK retried, as it does against a dead host
+    assert all("cannot reach upstream" in (e.error or "") for e in attempts)
 
 
 def test_an_upstream_that_cuts_a_stream_is_recorded_as_incomplete_and_cut_again_on_replay(
@@ -209,7 +286,7 @@ def test_an_upstream_that_cuts_a_stream_is_recorded_as_incomplete_and_cut_again_
         ScriptedUpstream(lambda p: Reply(text="a b c d e f g h", cut_after=4))
     )
     thread = start_proxy(upstream.url)
-    run = thread.proxy.sessions.start_record().run
+    run = thread.record().run
     with openai.OpenAI(base_url=thread.proxy.url + "/v1", api_key="k", max_retries=0) as client:
         with pytest.raises(openai.APIError):
             list(
@@ -223,7 +300,7 @@ def test_an_upstream_that_cuts_a_stream_is_recorded_as_incomplete_and_cut_again_
     assert exchange.chunks and b"[DONE]" not in exchange.response_body
     assert exchange.summary is not None and exchange.summary.text  # the partial text was read
     replaying = start_proxy(None)
-    replaying.proxy.sessions.start_replay(run.id)
+    replaying.replay(run.id)
     with openai.OpenAI(base_url=replaying.proxy.url + "/v1", api_key="k", max_retries=0) as client:
         with pytest.raises(openai.APIError):
             list(
@@ -237,7 +314,7 @@ def test_a_client_that_hangs_up_mid_stream_loses_nothing_and_others_are_served(
     start_proxy, store, tools
 ):
     thread = start_proxy(None, routes={"tools": tools.url})
-    run = thread.proxy.sessions.start_record().run
+    run = thread.record().run
     host, port = urlsplit(thread.proxy.url).hostname, urlsplit(thread.proxy.url).port
     with socket.create_connection((host, port)) as sock:
         sock.sendall(b"GET /tools/drip HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -258,7 +335,7 @@ def test_a_client_that_hangs_up_mid_stream_loses_nothing_and_others_are_served(
 
 def test_runs_are_chosen_by_path_prefix_or_header(start_proxy, store, tools):
     thread = start_proxy(None, routes={"tools": tools.url})
-    default = thread.proxy.sessions.start_record().run
+    default = thread.record().run
     request(thread.proxy.url + "/tools/echo", "POST", b"default")
     request(thread.proxy.url + "/r/run-a/tools/echo", "POST", b"prefixed")
     request(
@@ -282,7 +359,7 @@ def test_an_error_reply_from_the_llm_is_recorded_and_replayed(start_upstream, st
         ScriptedUpstream(lambda p: ErrorReply(429, "slow down", "rate_limit_error"))
     )
     thread = start_proxy(upstream.url)
-    run = thread.proxy.sessions.start_record().run
+    run = thread.record().run
     for base in (thread.proxy.url,):
         with openai.OpenAI(base_url=base + "/v1", api_key="k", max_retries=0) as client:
             with pytest.raises(openai.RateLimitError, match="slow down"):
@@ -292,7 +369,7 @@ def test_an_error_reply_from_the_llm_is_recorded_and_replayed(start_upstream, st
     thread.close()
     upstream.stop()
     replaying = start_proxy(None)
-    replaying.proxy.sessions.start_replay(run.id)
+    replaying.replay(run.id)
     with openai.OpenAI(base_url=replaying.proxy.url + "/v1", api_key="k", max_retries=0) as client:
         with pytest.raises(openai.RateLimitError, match="slow down"):
             client.chat.completions.create(

@@ -7,21 +7,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from forkpoint.cli import main
-from tests.compare.test_experiment import QUESTIONS, Recorded
-from tests.compare.test_experiment import recorded as recorded  # the fixture
+from tests.api.test_experiments import QUESTIONS, Recorded
+from tests.api.test_experiments import recorded as recorded  # the fixture
 from tests.compare.test_experiment_html import parse
+from tests.runner import Ran, invoke
 
-CHECK = "tests.compare.test_experiment:answers_the_question"
+CHECK = "tests.api.test_experiments:answers_the_question"
 
 
-def forkpoint(cassette: Path, *args: str) -> Result:
-    env = {"FORKPOINT_CASSETTE": str(cassette), "COLUMNS": "160"}
-    return CliRunner().invoke(
-        main, list(args), env=env, catch_exceptions=False, prog_name="forkpoint"
-    )
+def forkpoint(cassette: Path, *args: str) -> Ran:
+    return invoke(*args, cassette=cassette)
 
 
 def agent(recorded: Recorded) -> list[str]:
@@ -30,7 +26,7 @@ def agent(recorded: Recorded) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ran(recorded: Recorded) -> Result:
+def ran(recorded: Recorded) -> Ran:
     return forkpoint(recorded.path, "experiment", "--select", "label:batch=t", "--at", "first-llm",
                      "--model", "gpt-4o-mini", "--check", CHECK, "--name", "cli", *agent(recorded))  # fmt: skip
 
@@ -111,6 +107,8 @@ def test_help(recorded):
             "Usage: forkpoint experiment [OPTIONS] (RUN... | --select FILTER...) -- CMD..." in text
         )
         assert "or: forkpoint experiment show NAME" in text and "--model" in text
+    from forkpoint.cli import main
+
     assert "Example: forkpoint experiment --select" in main.commands["experiment"].help  # type: ignore[operator]
     for command in ("show", "list"):
         assert "Example:" in forkpoint(recorded.path, "experiment", command, "--help").output

@@ -18,10 +18,9 @@ import pytest
 from aiohttp import web
 
 from forkpoint import api
-from forkpoint.api.experiment import ExperimentSpec, fork_step, run_experiment, substitute
-from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.api.experiments import ExperimentSpec, fork_step, substitute
 from forkpoint.compare.experiment_check import CheckRun
-from forkpoint.compare.experiment_results import Experiment, load_experiment
+from forkpoint.compare.experiment_results import Experiment
 from forkpoint.engine.changes import Change
 from forkpoint.errors import ConfigError
 from forkpoint.models import Origin, RunStatus
@@ -100,31 +99,31 @@ class Recorded:
         self.record("who painted the Mona Lisa", labels={"batch": "other", "q": "x", "exit": "0"})
 
     def record(self, question: str, *, labels: dict[str, str]) -> str:
-        result = api.record([sys.executable, str(self.agent), question], cassette=self.path,
-                            upstream=self.upstream.url, routes={"tools": self.upstream.url},
-                            labels=labels, name=question)  # fmt: skip
+        options = api.Options(cassette=self.path, labels=labels, name=question, **self.upstreams)
+        result = api.record([sys.executable, str(self.agent), question], options)
         assert result.exit_code == 0
         return result.run_id
+
+    @property
+    def upstreams(self) -> dict[str, object]:
+        return {"upstream": self.upstream.url, "routes": {"tools": self.upstream.url}}
 
     def spec(self, **options) -> ExperimentSpec:  # type: ignore[no-untyped-def]
         options.setdefault("select", ("label:batch=t",))
         return ExperimentSpec(
             command=(sys.executable, str(self.agent), "{label:q}", "{label:exit}"),
             at=options.pop("at", "first-llm"),
-            upstream=self.upstream.url,
-            routes={"tools": self.upstream.url},
             **options,
         )
 
     def run(self, **options) -> Experiment:  # type: ignore[no-untyped-def]
-        return self.load(run_experiment(self.spec(**options), cassette=self.path))
+        return self.experiment(self.spec(**options))
+
+    def experiment(self, spec: ExperimentSpec) -> Experiment:
+        return api.experiment(spec, api.Options(cassette=self.path, **self.upstreams))
 
     def load(self, name: str) -> Experiment:
-        store = SqliteStore(self.path)
-        try:
-            return load_experiment(store, name)
-        finally:
-            store.close()
+        return api.experiment_results(name, api.Options(cassette=self.path))
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +143,7 @@ def mini(recorded: Recorded) -> Experiment:
     """gpt-4o-mini from each run's first model call on; FAILING's fork fails."""
     return recorded.run(
         name="mini", change=Change(model="gpt-4o-mini"), concurrency=3,
-        check="tests.compare.test_experiment:answers_the_question",
+        check="tests.api.test_experiments:answers_the_question",
     )  # fmt: skip
 
 
@@ -224,15 +223,15 @@ def test_a_fork_that_diverges_is_reported_and_the_rest_go_on(recorded: Recorded)
 
 def test_a_check_that_raises_or_scores(recorded: Recorded):
     broken_run = recorded.run(name="broken", select=("name:how tall*",),
-                              check="tests.compare.test_experiment:broken")  # fmt: skip
+                              check="tests.api.test_experiments:broken")  # fmt: skip
     (branch,) = broken_run.branches
     assert branch.ok and branch.check is not None
     assert (
-        branch.check.error == "tests.compare.test_experiment:broken raised RuntimeError: no verdict"
+        branch.check.error == "tests.api.test_experiments:broken raised RuntimeError: no verdict"
     )
     assert broken_run.summary.branch_check and broken_run.summary.branch_check.errors == 1
     scored = recorded.run(name="scored", select=("label:batch=t", "name:how*"), change=Change(model="gpt-4o-mini"),
-                          check="tests.compare.test_experiment:answer_length")  # fmt: skip
+                          check="tests.api.test_experiments:answer_length")  # fmt: skip
     lengths = [len(b.diff.b.answer or "") for b in scored.branches if b.diff]
     tally = scored.summary.branch_check
     assert tally is not None and (tally.passed, tally.failed, tally.errors) == (0, 0, 0)
@@ -241,7 +240,7 @@ def test_a_check_that_raises_or_scores(recorded: Recorded):
     )
 
 
-def test_nothing_is_forked_when_the_experiment_cannot_start(recorded: Recorded):
+def test_nothing_is_forked_when_the_experiment_cannot_start(recorded: Recorded, mini: Experiment):
     with pytest.raises(ConfigError, match=r"no run in .* matches label:batch=none"):
         recorded.run(select=("label:batch=none",))
     with pytest.raises(ConfigError, match="cannot load it"):
@@ -255,7 +254,7 @@ def test_nothing_is_forked_when_the_experiment_cannot_start(recorded: Recorded):
 def test_a_run_missing_a_placeholder_label_is_reported_not_forked(recorded: Recorded):
     spec = recorded.spec(name="unlabelled", select=("label:batch=other",))
     spec = ExperimentSpec(**{**_fields(spec), "command": (*spec.command, "{label:ticket}")})
-    experiment = recorded.load(run_experiment(spec, cassette=recorded.path))
+    experiment = recorded.experiment(spec)
     (branch,) = experiment.branches
     assert branch.run is None and branch.error and "has no label 'ticket'" in branch.error
 

@@ -5,21 +5,15 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from forkpoint.api.mocks import parse_mock
 from forkpoint.engine.changes import Change, apply, load_patch
-from forkpoint.engine.decide import (
-    Fail,
-    Forward,
-    Mock,
-    OnDivergence,
-    Request,
-    Serve,
-    Session,
-    decide,
-)
-from forkpoint.engine.mocks import MockKind, parse_mock
+from forkpoint.engine.config import OnDivergence
+from forkpoint.engine.decide import Fail, Forward, Mock, Request, Serve, decide
+from forkpoint.engine.mocks import MockKind
+from forkpoint.engine.session import Session
 from forkpoint.errors import ConfigError
 from forkpoint.models import Exchange, Mode, Origin, Run
-from tests.proxy.test_engine import CONFIG, chat, post, recorded_run
+from tests.engine.test_decide import CONFIG, chat, post, recorded_run
 
 
 def fork_session(
@@ -28,14 +22,8 @@ def fork_session(
     change: Change = Change(),
     policy: OnDivergence = OnDivergence.FAIL,
 ) -> Session:
-    session = Session(
-        Run("child", mode=Mode.FORK, parent_id="rec", fork_step=at),
-        fork_step=at,
-        on_divergence=policy,
-        change=change,
-    )
-    session.load(source, CONFIG)
-    return session
+    run = Run("child", mode=Mode.FORK, parent_id="rec", fork_step=at)
+    return Session.fork(run, source, CONFIG, at=at, change=change, on_divergence=policy)
 
 
 def ask(session: Session, content: str, route: str = "/v1/chat/completions"):  # type: ignore[no-untyped-def]
@@ -75,10 +63,12 @@ def test_a_divergence_before_the_fork_fails_or_forks_there_by_policy():
 
 
 def test_replay_with_live_policy_forks_at_the_first_new_request():
-    session = Session(
-        Run("rep", mode=Mode.REPLAY, parent_id="rec"), on_divergence=OnDivergence.LIVE
+    session = Session.replay(
+        Run("rep", mode=Mode.REPLAY, parent_id="rec"),
+        recorded_run(chat("a"), chat("b")),
+        CONFIG,
+        on_divergence=OnDivergence.LIVE,
     )
-    session.load(recorded_run(chat("a"), chat("b")), CONFIG)
     assert isinstance(ask(session, "a"), Serve)
     assert isinstance(ask(session, "changed"), Forward)
     assert session.run.fork_step == 1
@@ -154,7 +144,7 @@ def test_tool_mocks_static_callable_recorded_and_live(tmp_path):
     (tmp_path / "policy.json").write_text('{"status": 200, "body": {"policy": "60 days"}}')
     rules = (
         parse_mock("GET /tools/refund-policy=@policy.json", base_dir=tmp_path),
-        parse_mock("POST /tools/refunds=tests.proxy.test_engine_fork:refund_handler"),
+        parse_mock("POST /tools/refunds=tests.engine.test_decide_fork:refund_handler"),
         parse_mock("/tools/orders/*=recorded"),
         parse_mock("/tools/*=live"),
     )

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from forkpoint import api
 from forkpoint.cassettes.sqlite.store import SqliteStore
-from forkpoint.cassettes.transfer import FORMATS, export_run, guess_format, import_file
+from forkpoint.cassettes.transfer import FORMATS, guess_format
 from forkpoint.errors import ConfigError, RunNotFound
 from forkpoint.models import Exchange, Run, RunStatus
 
@@ -44,10 +45,10 @@ def test_every_format_round_trips_into_a_new_run(tmp_path, fmt, suffix):
     source = tmp_path / "source.db"
     seed(source)
     path = tmp_path / f"child{suffix}"
-    path.write_text(export_run("child", fmt=fmt, cassette=source))
+    path.write_text(api.export_run("child", fmt=fmt, options=api.Options(cassette=source)))
     target = tmp_path / "target.db"
-    first, steps = import_file(path, cassette=target)
-    second, _ = import_file(path, cassette=target, name="again")
+    first, steps = _imported(api.import_run(path, options=api.Options(cassette=target)))
+    second, _ = _imported(api.import_run(path, name="again", options=api.Options(cassette=target)))
     assert steps == 1 and first.id != second.id
     assert (first.name, second.name, first.parent_id) == ("child", "again", None)
     assert first.labels == {"team": "a", "imported_from": path.name}
@@ -74,6 +75,10 @@ def test_unknown_runs_and_formats_are_errors(tmp_path):
     cassette = tmp_path / "c.db"
     seed(cassette)
     with pytest.raises(RunNotFound):
-        export_run("nope", fmt="vcr", cassette=cassette)
+        api.export_run("nope", fmt="vcr", options=api.Options(cassette=cassette))
     with pytest.raises(ConfigError, match="unknown format 'xml': use one of vcr, jsonl, har"):
-        export_run("child", fmt="xml", cassette=cassette)
+        api.export_run("child", fmt="xml", options=api.Options(cassette=cassette))
+
+
+def _imported(imported: api.Imported) -> tuple[Run, int]:
+    return imported.run, imported.steps

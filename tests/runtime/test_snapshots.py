@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 
 from forkpoint.adapters.http import HttpAdapter
+from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.errors import ConfigError
 from forkpoint.runtime.loop_thread import LoopThread
-from forkpoint.runtime.snapshots import SnapshotPolicy
 
 
 class StateServer:
@@ -47,11 +47,11 @@ class StateServer:
 
 def run_with_adapter(start_proxy, upstream, store, server: StateServer, timeout: float = 2.0):  # type: ignore[no-untyped-def]
     thread = start_proxy(upstream.url, snapshot_policy=SnapshotPolicy(timeout=timeout))
-    run = thread.proxy.sessions.start_record().run
+    run = thread.record().run
 
     async def register() -> None:
         adapter = HttpAdapter(server.url, thread.proxy.gateway.control.client())
-        thread.proxy.snapshotter.register(run.id, adapter)
+        thread.proxy.snapshots.register(run.id, adapter)
 
     thread.call(register())
     return thread, run
@@ -110,7 +110,7 @@ def test_registration_restores_a_forks_state_and_reports_the_step(start_proxy, u
     from forkpoint.models import Snapshot
 
     recording = start_proxy(upstream.url)
-    parent = recording.proxy.sessions.start_record().run
+    parent = recording.record().run
     for _ in range(3):
         ask(recording.proxy.url)
     recording.close()
@@ -119,7 +119,7 @@ def test_registration_restores_a_forks_state_and_reports_the_step(start_proxy, u
     server = StateServer()
     try:
         forking = start_proxy(upstream.url)
-        child = forking.proxy.sessions.start_fork(parent.id, at=2).run
+        child = forking.fork(parent.id, at=2).run
         import json
         import urllib.request
 

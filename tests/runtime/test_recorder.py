@@ -199,7 +199,7 @@ def test_what_a_dying_proxy_handed_over_is_still_committed(cassette: Path):
         import asyncio, os
         from forkpoint.cassettes.sqlite.store import SqliteStore
         from forkpoint.runtime.recording.process import ProcessRecorder
-        from tests.proxy.test_recorder import exchange
+        from tests.runtime.test_recorder import exchange
 
         async def main():
             recorder = ProcessRecorder(SqliteStore({str(cassette)!r}))

@@ -22,18 +22,18 @@ import certifi
 import pytest
 import requests
 
+from forkpoint.api.mocks import parse_mock
 from forkpoint.cassettes.sqlite.store import SqliteStore
-from forkpoint.doors.interceptor import proxy_user, route_of
+from forkpoint.doors.interceptor import Interceptor, proxy_user
 from forkpoint.engine.changes import Change
-from forkpoint.engine.mocks import parse_mock
 from forkpoint.models import Exchange, Origin, RunStatus
 from forkpoint.runtime import certs
 from forkpoint.runtime.intercept import InterceptOptions
-from forkpoint.runtime.proxy import Proxy, ProxyThread
+from forkpoint.runtime.proxy import ProxyThread
 from forkpoint.testing.https import TestCA
 from tests.https_services import HOST_A, HOST_B, EchoService, LLMService, Service, tool_app
 
-StartProxy = Callable[..., Proxy]
+StartProxy = Callable[..., ProxyThread]
 
 
 @pytest.fixture(scope="module")
@@ -67,20 +67,23 @@ def services(ca: TestCA) -> Iterator[Callable[..., Service]]:
 def intercepting(start_proxy, ca: TestCA, confdir: Path) -> StartProxy:  # type: ignore[no-untyped-def]
     """Start a proxy with its interceptor; one at a time (mitmproxy's context is global)."""
 
-    def start(**options: Any) -> Proxy:
+    def start(**options: Any) -> ProxyThread:
         options.setdefault("upstream_ca", str(ca.cert_path))
         thread: ProxyThread = start_proxy(
             None, intercept=InterceptOptions(confdir=confdir, **options)
         )
-        return thread.proxy
+        return thread
 
     return start
 
 
-def client(proxy: Proxy, confdir: Path, run: str | None = None, **session: Any) -> requests.Session:
+def client(
+    thread: ProxyThread, confdir: Path, run: str | None = None, **session: Any
+) -> requests.Session:
     """A requests session that goes through the interceptor and trusts forkpoint's CA."""
-    assert proxy.interceptor is not None
-    url = proxy.interceptor.url
+    interceptor = thread.proxy.interceptor
+    assert interceptor is not None
+    url = interceptor.url
     if run is not None:
         url = url.replace("http://", f"http://{run}:@")
     opened = requests.Session()
@@ -104,7 +107,7 @@ def calls(http: requests.Session, tools: str) -> list[Any]:
 def test_each_intercepted_call_is_an_exchange_of_the_run(intercepting, services, confdir, store):
     tools = services()
     proxy = intercepting()
-    run = proxy.sessions.start_record().run.id
+    run = proxy.record().run.id
     with client(proxy, confdir) as http:
         seen = calls(http, tools.url)
         echoed = http.get(f"{tools.url}/v1/headers", headers={"X-Forkpoint-Run": run}).json()
@@ -138,7 +141,7 @@ def test_streams_reach_the_client_as_they_arrive(intercepting, services, confdir
     release = asyncio.Event()
     tools = services(release=release)
     proxy = intercepting()
-    run = proxy.sessions.start_record().run.id
+    run = proxy.record().run.id
     with client(proxy, confdir) as http:
         response = http.get(f"{tools.url}/v1/events", stream=True)
         lines = response.iter_lines()
@@ -155,13 +158,13 @@ def test_streams_reach_the_client_as_they_arrive(intercepting, services, confdir
 def test_replay_serves_the_recorded_answers_offline(intercepting, services, confdir, store):
     tools = services()
     proxy = intercepting()
-    recorded_run = proxy.sessions.start_record().run.id
+    recorded_run = proxy.record().run.id
     with client(proxy, confdir) as http:
         answers = calls(http, tools.url)
     assert len(recorded(proxy, store, recorded_run)) == 3
     tools.stop()
 
-    replay = proxy.sessions.start_replay(recorded_run).run.id
+    replay = proxy.replay(recorded_run).run.id
     with client(proxy, confdir, replay) as http:
         assert calls(http, tools.url) == answers
         unknown = http.get(f"{tools.url}/v1/search", params={"q": "never asked"})
@@ -175,7 +178,7 @@ def test_replay_serves_the_recorded_answers_offline(intercepting, services, conf
 def test_a_fork_mocks_one_tool_host(intercepting, services, confdir, store, tmp_path):
     search, refunds = services(HOST_A, "search"), services(HOST_B, "refunds")
     proxy = intercepting()
-    parent = proxy.sessions.start_record().run.id
+    parent = proxy.record().run.id
     with client(proxy, confdir) as http:
         http.get(f"{search.url}/v1/search", params={"q": "x"})
         http.post(f"{refunds.url}/v1/refund", json={"order": "A1"})
@@ -183,7 +186,7 @@ def test_a_fork_mocks_one_tool_host(intercepting, services, confdir, store, tmp_
 
     (tmp_path / "search.json").write_text('{"tool": "mocked search"}')
     mock = parse_mock(f"{HOST_A}:*=@search.json", base_dir=tmp_path)
-    child = proxy.sessions.start_fork(parent, at=0, change=Change(mocks=(mock,))).run.id
+    child = proxy.fork(parent, at=0, change=Change(mocks=(mock,))).run.id
     with client(proxy, confdir, child) as http:
         mocked = http.get(f"{search.url}/v1/search", params={"q": "x"}).json()
         live = http.post(f"{refunds.url}/v1/refund", json={"order": "A1"}).json()
@@ -199,12 +202,12 @@ def test_a_fork_sends_intercepted_llm_calls_to_its_model_and_upstream(
     chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
     try:
         proxy = intercepting()
-        parent = proxy.sessions.start_record().run.id
+        parent = proxy.record().run.id
         with client(proxy, confdir) as http:
             http.post(f"{first.url}/v1/chat/completions", json=chat)
         assert len(recorded(proxy, store, parent)) == 1
         change = Change(model="gpt-4o-mini", upstream=second.url)
-        child = proxy.sessions.start_fork(parent, at=0, change=change).run.id
+        child = proxy.fork(parent, at=0, change=change).run.id
         with client(proxy, confdir, child) as http:
             answer = http.post(f"{first.url}/v1/chat/completions", json=chat).json()
     finally:
@@ -233,19 +236,19 @@ def test_runs_are_told_apart_by_proxy_user_or_run_header(intercepting, services,
 def test_a_bad_upstream_certificate_is_an_error_not_a_success(intercepting, services, confdir, store):  # fmt: skip
     tools = services()
     proxy = intercepting(upstream_ca=None)  # the service's CA is not trusted
-    run = proxy.sessions.start_record().run.id
+    run = proxy.record().run.id
     with client(proxy, confdir) as http:
         response = http.get(f"{tools.url}/v1/search", params={"q": "x"})
-    assert response.status_code == 502
+    assert response.status_code == 502  # mitmproxy's answer to a dropped connection
     (exchange,) = recorded(proxy, store, run)
-    assert exchange.status == 502 and not exchange.complete
+    assert exchange.status is None and not exchange.complete  # no answer came
     assert exchange.error is not None and "certificate" in exchange.error.lower()
 
 
 def test_insecure_upstream_accepts_any_certificate(intercepting, services, confdir):
     tools = services()
     proxy = intercepting(upstream_ca=None, insecure_upstream=True)
-    proxy.sessions.start_record()
+    proxy.record()
     with client(proxy, confdir) as http:
         assert http.get(f"{tools.url}/v1/search", params={"q": "x"}).json()["q"] == "x"
 
@@ -254,12 +257,12 @@ def test_an_upstream_that_is_down_is_recorded_as_a_failure(intercepting, service
     tools = services()
     tools.stop()
     proxy = intercepting()
-    run = proxy.sessions.start_record().run.id
+    run = proxy.record().run.id
     with client(proxy, confdir) as http:
         response = http.get(f"{tools.url}/v1/search", params={"q": "x"})
     assert response.status_code == 502
     (exchange,) = recorded(proxy, store, run)
-    assert exchange.status == 502 and not exchange.complete and exchange.error
+    assert exchange.status is None and not exchange.complete and exchange.error
 
 
 def test_a_client_that_does_not_trust_the_ca_fails_and_nothing_is_recorded(
@@ -267,7 +270,7 @@ def test_a_client_that_does_not_trust_the_ca_fails_and_nothing_is_recorded(
 ):
     tools = services()
     proxy = intercepting()
-    run = proxy.sessions.start_record().run.id
+    run = proxy.record().run.id
     with (
         caplog.at_level(logging.WARNING, logger="forkpoint.doors.interceptor"),
         client(proxy, confdir, verify=certifi.where()) as http,
@@ -281,7 +284,7 @@ def test_a_client_that_does_not_trust_the_ca_fails_and_nothing_is_recorded(
 def test_websockets_pass_through_unrecorded(intercepting, services, confdir, store, caplog):
     tools = services()
     proxy = intercepting()
-    run = proxy.sessions.start_record().run.id
+    run = proxy.record().run.id
     host, port = tools.url.removeprefix("https://").split(":")
     context = ssl.create_default_context(cafile=certs.ca_cert(confdir))
     with (
@@ -308,7 +311,7 @@ def test_websockets_pass_through_unrecorded(intercepting, services, confdir, sto
 def test_non_http_traffic_passes_through_unrecorded(intercepting, confdir, store, caplog):
     echo = EchoService()
     proxy = intercepting()
-    run = proxy.sessions.start_record().run.id
+    run = proxy.record().run.id
     try:
         with (
             caplog.at_level(logging.WARNING, logger="forkpoint.doors.interceptor"),
@@ -325,8 +328,8 @@ def test_non_http_traffic_passes_through_unrecorded(intercepting, confdir, store
 def test_the_run_status_is_kept_when_the_proxy_stops(start_proxy, ca, confdir, store, services):
     tools = services()
     thread = start_proxy(None, intercept=InterceptOptions(confdir=confdir, upstream_ca=str(ca.cert_path)))  # fmt: skip
-    run = thread.proxy.sessions.start_record().run.id
-    with client(thread.proxy, confdir) as http:
+    run = thread.record().run.id
+    with client(thread, confdir) as http:
         http.get(f"{tools.url}/v1/search", params={"q": "x"})
     thread.close()
     assert store.get_run(run).status is RunStatus.FINISHED
@@ -336,19 +339,29 @@ def test_the_run_status_is_kept_when_the_proxy_stops(start_proxy, ca, confdir, s
 # The pieces, without sockets
 
 
-def test_routes_name_the_host_and_send_the_request_to_its_origin():
+def test_a_flow_is_handed_to_the_gateway_with_its_origin_run_and_secret():
     from mitmproxy import http
+    from mitmproxy.test import tflow
 
-    request = http.Request.make("GET", "https://api.example.com:8443/v1/search?q=1")
-    route, routes = route_of(request)
-    assert route == "/api.example.com:8443/v1/search?q=1"
-    assert routes.resolve(route) == "https://api.example.com:8443/v1/search?q=1"
-    default_port = http.Request.make("POST", "https://api.openai.com/v1/chat/completions")
-    route, routes = route_of(default_port)
-    assert route == "/api.openai.com/v1/chat/completions"
-    assert routes.resolve(route, default="http://127.0.0.1:9") == (
-        "http://127.0.0.1:9/v1/chat/completions"
-    )
+    addon = Interceptor(("127.0.0.1", 8765), "s3cret")
+    flow = tflow.tflow()
+    flow.request = http.Request.make(
+        "GET", "https://api.example.com:8443/v1/search?q=1",
+        headers={"X-Forkpoint-Run": "run-7", "Proxy-Authorization": "Basic eDo=",
+                 "X-Forkpoint-Origin": "http://evil.example"},
+    )  # fmt: skip
+    addon.request(flow)
+    request = flow.request
+    assert (request.scheme, request.host, request.port) == ("http", "127.0.0.1", 8765)
+    assert request.path == "/v1/search?q=1"
+    assert request.headers["x-forkpoint-origin"] == "https://api.example.com:8443"
+    assert request.headers["x-forkpoint-intercept"] == "s3cret"
+    assert request.headers["x-forkpoint-run"] == "run-7"
+    assert "proxy-authorization" not in request.headers
+    default_port = tflow.tflow()
+    default_port.request = http.Request.make("POST", "https://api.openai.com/v1/chat/completions")
+    addon.request(default_port)
+    assert default_port.request.headers["x-forkpoint-origin"] == "https://api.openai.com"
 
 
 def test_the_run_comes_from_the_proxy_user_name():
@@ -397,23 +410,24 @@ def test_config_dir_follows_xdg():
 # Helpers
 
 
-def recorded(proxy: Proxy, store: SqliteStore, run: str) -> list[Exchange]:
+def recorded(thread: ProxyThread, store: SqliteStore, run: str) -> list[Exchange]:
     """The run's exchanges, with no waiting: each is handed to the recorder before its client
     has the whole answer."""
-    proxy.recorder.flush()
+    thread.proxy.recorder.flush()
     return store.exchanges(run)
 
 
-def nothing_recorded(proxy: Proxy, store: SqliteStore, run: str) -> bool:
+def nothing_recorded(thread: ProxyThread, store: SqliteStore, run: str) -> bool:
     time.sleep(0.1)  # what a hook would record by now
-    proxy.recorder.flush()
+    thread.proxy.recorder.flush()
     return store.exchanges(run) == []
 
 
-def tunnel(proxy: Proxy, host: str, port: int) -> socket.socket:
+def tunnel(thread: ProxyThread, host: str, port: int) -> socket.socket:
     """A socket through the interceptor to host:port, as a client has after CONNECT."""
-    assert proxy.interceptor is not None
-    address, _, proxy_port = proxy.interceptor.url.removeprefix("http://").rpartition(":")
+    interceptor = thread.proxy.interceptor
+    assert interceptor is not None
+    address, _, proxy_port = interceptor.url.removeprefix("http://").rpartition(":")
     raw = socket.create_connection((address, int(proxy_port)), timeout=5)
     raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
     assert read_until(raw, b"\r\n\r\n").startswith(b"HTTP/1.1 200")

@@ -1,0 +1,88 @@
+"""`Options`: how every verb runs, in one frozen object instead of a keyword list per verb.
+
+    from forkpoint import Options, fork
+    fork("ticket-1", ["python", "agent.py"], at=2, options=Options(cassette="runs.db"))
+
+Fields a verb has no use for are ignored by it (`pace` means nothing to `record`). Where live
+traffic goes is decided here, once, for every verb and the pytest plugin alike:
+`engine_config`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forkpoint.cassettes.sqlite import DEFAULT_PATH
+from forkpoint.engine.config import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_UPSTREAM,
+    EngineConfig,
+    OnDivergence,
+    Routes,
+)
+from forkpoint.engine.matching import DEFAULT_VOLATILE, MatchConfig
+from forkpoint.engine.pace import Pace
+from forkpoint.engine.snapshot_policy import SnapshotPolicy
+from forkpoint.models import Exchange
+from forkpoint.runtime.intercept import InterceptOptions
+
+__all__ = ["Options", "cassette_path", "engine_config"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """How a verb runs.
+
+    cassette: the SQLite file [default: $FORKPOINT_CASSETTE, else .forkpoint/forkpoint.db].
+    upstream, routes: where live requests go (`routes` maps a path prefix to a base URL, beside
+        the built-in `anthropic`). Unset, a recording goes to api.openai.com and a fork or a
+        resume to the upstreams its run was recorded against.
+    name, labels: the new run's.
+    host, port: where the proxy listens (port 0: a free one).
+    read_timeout: how long an upstream may stall (s); max_body: the largest request (bytes).
+    pace: how replayed streams are timed. on_divergence: a request the recording lacks.
+    restore: give a fork's agent its state snapshot (else it starts fresh).
+    workspace: a directory snapshotted with the run and restored on fork and resume.
+    snapshots: when agent state is pulled. intercept: also serve as an HTTPS proxy.
+    volatile_fields: JSON paths matching ignores, beside the built-in ones.
+    env: the command's environment [default: this process's].
+    """
+
+    cassette: str | os.PathLike[str] | None = None
+    upstream: str | None = None
+    routes: Mapping[str, str] = field(default_factory=dict)
+    name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 0
+    read_timeout: float = 600.0
+    max_body: int = DEFAULT_MAX_BODY
+    pace: Pace = Pace()
+    on_divergence: OnDivergence = OnDivergence.FAIL
+    restore: bool = True
+    workspace: str | os.PathLike[str] | None = None
+    snapshots: SnapshotPolicy = SnapshotPolicy()
+    intercept: InterceptOptions | None = None
+    volatile_fields: Sequence[str] = ()
+    env: Mapping[str, str] | None = None
+
+
+def cassette_path(path: str | os.PathLike[str] | None = None) -> Path:
+    return Path(path or os.environ.get("FORKPOINT_CASSETTE") or DEFAULT_PATH)
+
+
+def engine_config(
+    options: Options, *, live: bool, recorded: Sequence[Exchange] = ()
+) -> EngineConfig:
+    """The engine's config for a verb: `live` says whether any request may go upstream (an
+    offline replay has no upstream at all); `recorded`, the run a fork or a resume continues,
+    whose upstreams serve whatever the options do not name."""
+    match = MatchConfig(volatile_fields=(*DEFAULT_VOLATILE, *options.volatile_fields))
+    if not live:
+        return EngineConfig(routes=Routes(), match=match)
+    given = Routes(options.upstream, dict(options.routes))
+    routes = given.over(Routes.recorded(recorded)).over(Routes.of(DEFAULT_UPSTREAM))
+    return EngineConfig(routes=routes, match=match)

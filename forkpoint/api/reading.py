@@ -1,0 +1,108 @@
+"""The verbs that read a cassette (runs, show, snapshots, diff, export) or add to it from a
+file (import). None of them starts a proxy; the readers open the cassette without creating it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from forkpoint.api.options import Options, cassette_path
+from forkpoint.api.results import Imported, RunRecord, RunSnapshots
+from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.store import StoredExperiment
+from forkpoint.cassettes.transfer import dump_run, load_file
+from forkpoint.compare.diff import RunDiff, diff_stored
+from forkpoint.compare.experiment_results import Experiment, load_experiment
+
+__all__ = [
+    "diff",
+    "experiment_list",
+    "experiment_results",
+    "export_run",
+    "import_run",
+    "runs",
+    "show",
+    "snapshots",
+]
+
+
+@contextmanager
+def opened(options: Options, *, create: bool = False) -> Iterator[SqliteStore]:
+    """The options' cassette, closed after use; a reader never creates one."""
+    store = SqliteStore(cassette_path(options.cassette), create=create)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def runs(options: Options = Options()) -> list[RunRecord]:
+    """Every run with its exchanges (without bodies), oldest first."""
+    with opened(options) as store:
+        return [RunRecord(run, store.exchanges(run.id, bodies=False)) for run in store.list_runs()]
+
+
+def show(run: str, options: Options = Options()) -> RunRecord:
+    """A run (id, id prefix or name) with its exchanges, without bodies."""
+    with opened(options) as store:
+        found = store.find_run(run)
+        return RunRecord(found, store.exchanges(found.id, bodies=False))
+
+
+def snapshots(run: str, options: Options = Options()) -> RunSnapshots:
+    """A run's snapshots (without their state), failed pulls included."""
+    with opened(options) as store:
+        found = store.find_run(run)
+        return RunSnapshots(found, store.snapshots(found.id))
+
+
+def diff(a: str, b: str, options: Options = Options()) -> RunDiff:
+    """Runs `a` and `b` compared step by step, with cost and answers (docs/diff-json.md)."""
+    with opened(options) as store:
+        return diff_stored(store, a, b)
+
+
+def experiment_results(name: str, options: Options = Options()) -> Experiment:
+    """A stored experiment, each branch diffed against the run it was forked from."""
+    with opened(options) as store:
+        return load_experiment(store, name)
+
+
+def experiment_list(options: Options = Options()) -> list[tuple[StoredExperiment, int, int]]:
+    """Every stored experiment, oldest first, with how many runs it forked and how many of
+    those failed."""
+    with opened(options) as store:
+        found = []
+        for stored in store.list_experiments():
+            branches = store.get_experiment(stored.name)[1]
+            failed = sum(1 for branch in branches if branch.error is not None)
+            found.append((stored, len(branches), failed))
+        return found
+
+
+def export_run(run: str, *, fmt: str = "vcr", options: Options = Options()) -> str:
+    """A run as the text of a file: `vcr` (YAML that vcrpy plays), `jsonl` or `har`."""
+    with opened(options) as store:
+        return dump_run(store, run, fmt=fmt)
+
+
+def import_run(
+    path: str | os.PathLike[str],
+    *,
+    fmt: str | None = None,
+    name: str | None = None,
+    routes: Mapping[str, str] | None = None,
+    options: Options = Options(),
+) -> Imported:
+    """Add the run in the file at `path` (format by extension or content, unless `fmt`) to
+    the cassette as a new run; `routes` map a URL back to a route prefix, as `--route` does."""
+    run, exchanges = load_file(Path(path), fmt=fmt, routes=routes)
+    imported = replace(run, name=name or run.name)
+    with opened(options, create=True) as store:
+        store.create_run(imported)
+        store.add_exchanges(replace(e, run_id=imported.id) for e in exchanges)
+    return Imported(imported, len(exchanges))

@@ -1,0 +1,286 @@
+"""What the commands share: option bundles as decorators, the fork change options and spec
+file, error reporting, and how a command that ran CMD reports and exits.
+
+Each bundle turns its flags into the values the API takes (`SnapshotPolicy`,
+`InterceptOptions`, a `Change`), so a command's body only assembles `Options` and calls.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from forkpoint.api import RunResult, make_change
+from forkpoint.engine.config import DEFAULT_MAX_BODY, DEFAULT_UPSTREAM, OnDivergence
+from forkpoint.engine.snapshot_policy import SnapshotPolicy
+from forkpoint.errors import ConfigError, ForkpointError
+from forkpoint.models import RunStatus
+from forkpoint.runtime.intercept import InterceptOptions
+
+Command = Callable[..., Any]
+# The exit code of a command whose run diverged from its recording, when CMD itself exited 0
+# (its agent swallowed the divergence error); see the README.
+EXIT_DIVERGED = 3
+EXIT_USAGE = 2
+
+
+def cassette_option(command: Command) -> Command:
+    return click.option(
+        "--cassette",
+        envvar="FORKPOINT_CASSETTE",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Cassette file [default: .forkpoint/forkpoint.db; env FORKPOINT_CASSETTE].",
+    )(command)
+
+
+def port_option(command: Command) -> Command:
+    """The port of the proxy a command starts for its CMD."""
+    return click.option("--port", default=0, help="Port for the proxy [default: a free one].")(
+        command
+    )
+
+
+def upstream_options(command: Command) -> Command:
+    command = click.option(
+        "--route",
+        "routes",
+        multiple=True,
+        metavar="NAME=URL",
+        help="Serve URL under /NAME/ (repeatable). Built in: anthropic=https://api.anthropic.com.",
+    )(command)
+    return click.option(
+        "--upstream",
+        default=None,
+        help=f"Where requests outside any --route go [default: {DEFAULT_UPSTREAM}; for a fork, "
+        "resume or live replay, where the run's went].",
+    )(command)
+
+
+def limit_options(command: Command) -> Command:
+    command = click.option(
+        "--max-body", default=DEFAULT_MAX_BODY // 2**20, show_default=True,
+        help="Largest request body accepted, MiB.",
+    )(command)  # fmt: skip
+    return click.option(
+        "--read-timeout", default=600.0, show_default=True, help="Upstream stall limit, s."
+    )(command)
+
+
+def snapshot_options(command: Command) -> Command:
+    """--workspace and --snapshot-every, turned into `workspace=` and `snapshot_policy=`."""
+    command = click.option(
+        "--snapshot-every", "snapshot_every", default="llm", show_default=True,
+        metavar="llm|N|Ts|off",
+        help="When to pull agent state: at each LLM request, every N exchanges, every T s.",
+    )(command)  # fmt: skip
+    command = click.option(
+        "--workspace", type=click.Path(file_okay=False),
+        help="A directory the agent works in: snapshotted, and restored on fork/resume.",
+    )(command)  # fmt: skip
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, snapshot_every: str, **kwargs: Any) -> Any:
+        return command(*args, snapshot_policy=SnapshotPolicy.parse(snapshot_every), **kwargs)
+
+    return wrapper
+
+
+def intercept_options(port: int = 0) -> Callable[[Command], Command]:
+    """--intercept and its settings, turned into `intercept=` (InterceptOptions or None)."""
+
+    def decorate(command: Command) -> Command:
+        command = click.option(
+            "--upstream-ca", type=click.Path(exists=True, dir_okay=False),
+            help="With --intercept: also trust this PEM file's CAs for upstreams.",
+        )(command)  # fmt: skip
+        command = click.option(
+            "--insecure-upstream", is_flag=True,
+            help="With --intercept: do not verify upstream certificates.",
+        )(command)  # fmt: skip
+        command = click.option(
+            "--intercept-port", default=port, show_default=bool(port),
+            help="Port for the interceptor" + ("." if port else " [default: a free one]."),
+        )(command)  # fmt: skip
+        command = click.option(
+            "--intercept", is_flag=True,
+            help="Also record every HTTP(S) call to any host, through an HTTPS proxy "
+            "(HTTPS_PROXY, forkpoint's CA: see `forkpoint ca`).",
+        )(command)  # fmt: skip
+
+        @functools.wraps(command)
+        def wrapper(
+            *args: Any, intercept: bool, intercept_port: int, insecure_upstream: bool,
+            upstream_ca: str | None, **kwargs: Any,
+        ) -> Any:  # fmt: skip
+            options = InterceptOptions(
+                port=intercept_port, insecure_upstream=insecure_upstream, upstream_ca=upstream_ca
+            )
+            return command(*args, intercept=options if intercept else None, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def pace_option(command: Command) -> Command:
+    return click.option(
+        "--pace", default="fast", show_default=True,
+        help="Replayed stream timing: fast, recorded, or xN (N times faster than recorded).",
+    )(command)  # fmt: skip
+
+
+def divergence_option(command: Command) -> Command:
+    return click.option(
+        "--on-divergence",
+        type=click.Choice([OnDivergence.FAIL.value, OnDivergence.LIVE.value]),
+        default=None,
+        help="A request the recording lacks: fail (the default), or fork there and go on live.",
+    )(command)
+
+
+SPEC_KEYS = {
+    "at", "model", "upstream", "system_prompt", "patch", "mock", "name", "route", "label",
+    "on_divergence",
+}  # fmt: skip
+
+
+def load_spec(path: str) -> dict[str, Any]:
+    """A fork spec (TOML), its `@FILE` references made relative to the spec's folder."""
+    try:
+        spec = tomllib.loads(Path(path).read_text())
+    except OSError as error:
+        raise ConfigError(f"cannot read fork spec {path}: {error.strerror}") from error
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"fork spec {path} is not valid TOML: {error}") from error
+    unknown = set(spec) - SPEC_KEYS
+    if unknown:
+        raise ConfigError(
+            f"fork spec {path}: unknown keys {sorted(unknown)}; known: {sorted(SPEC_KEYS)}"
+        )
+    base = Path(path).parent
+    for key in ("system_prompt", "patch"):  # @FILE in a spec is relative to the spec
+        if isinstance(spec.get(key), str) and spec[key].startswith("@"):
+            spec[key] = f"@{base / spec[key][1:]}"
+    spec["mock"] = [_relative_mock(text, base) for text in spec.get("mock", [])]
+    return spec
+
+
+def _relative_mock(text: str, base: Path) -> str:
+    route, _, value = text.partition("=")
+    value = value.strip()
+    return f"{route}=@{base / value[1:]}" if value.startswith("@") else text
+
+
+def change_options(command: Command) -> Command:
+    """The change a fork applies and how it forks, for fork and experiment: --model,
+    --system-prompt, --patch, --mock, --spec, --restore and --on-divergence.
+
+    The command gets `change` (flags over the spec file), `on_divergence`, `restore`, and `spec`:
+    the spec file's keys, for the options it reads itself (at, name, route, label).
+    """
+    options = [
+        click.option("--model", help="Rewrite the model of every LLM request from the fork on."),
+        click.option("--system-prompt", metavar="TEXT|@FILE", help="Replace the system prompt."),
+        click.option(
+            "--patch", metavar="JSON|@FILE", help="A JSON patch (RFC 6902) for LLM requests."
+        ),
+        click.option(
+            "--mock",
+            "mocks",
+            multiple=True,
+            metavar="ROUTE=SPEC",
+            help="Mock tool calls: ROUTE is '[METHOD ]GLOB'; SPEC is @FILE, "
+            "package.module:function, recorded or live. Repeatable.",
+        ),
+        click.option(
+            "--spec",
+            "spec_path",
+            type=click.Path(dir_okay=False),
+            help="A TOML file with any of these options (flags override it).",
+        ),
+        click.option(
+            "--restore/--no-restore",
+            default=True,
+            show_default=True,
+            help="Give the agent its state snapshot nearest before the fork step (else it starts "
+            "fresh and its prefix replays).",
+        ),
+        click.option(
+            "--on-divergence",
+            type=click.Choice([OnDivergence.FAIL.value, OnDivergence.LIVE.value]),
+            help="Before the fork step, a request the parent never made: fail, or fork there.",
+        ),
+    ]
+    for option in reversed(options):  # the first listed comes first in --help
+        command = option(command)
+
+    @functools.wraps(command)
+    @reports_errors
+    def wrapper(
+        *args: Any, model: str | None, system_prompt: str | None, patch: str | None,
+        mocks: tuple[str, ...], spec_path: str | None, on_divergence: str | None, **kwargs: Any,
+    ) -> Any:  # fmt: skip
+        spec = load_spec(spec_path) if spec_path else {}
+        change = make_change(
+            model=model or spec.get("model"),
+            upstream=spec.get("upstream"),
+            system_prompt=system_prompt if system_prompt is not None else spec.get("system_prompt"),
+            patch=patch if patch is not None else spec.get("patch"),
+            mocks=[*spec.get("mock", []), *mocks],
+        )
+        divergence = OnDivergence(on_divergence or spec.get("on_divergence", "fail"))
+        return command(*args, spec=spec, change=change, on_divergence=divergence, **kwargs)
+
+    return wrapper
+
+
+def reports_errors(command: Command) -> Command:
+    """A ForkpointError becomes one line on stderr and exit code 2, not a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ForkpointError as error:
+            click.echo(f"forkpoint: {error}", err=True)
+            sys.exit(EXIT_USAGE)
+
+    return wrapper
+
+
+def parse_pairs(pairs: tuple[str, ...], what: str, *, shape: str = "KEY=VALUE") -> dict[str, str]:
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not {shape}", param_hint=what)
+        parsed[key] = value
+    return parsed
+
+
+def parse_routes(routes: tuple[str, ...]) -> dict[str, str]:
+    """`--route NAME=URL`, repeated."""
+    return parse_pairs(routes, "--route", shape="NAME=URL")
+
+
+def report_run(result: RunResult) -> None:
+    """Say how the run ended, on stderr (stdout is CMD's alone), and exit as CMD did: 128 + N
+    for a command killed by signal N, as a shell reports it; EXIT_DIVERGED for a command that
+    exited 0 although its run diverged."""
+    click.echo(f"forkpoint: run {result.run_id} {result.status}, {result.steps} steps", err=True)
+    code = result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
+    if code == 0 and result.status is RunStatus.DIVERGED:
+        click.echo(
+            f"forkpoint: the run diverged from its recording (exit {EXIT_DIVERGED}); "
+            f"see: forkpoint show {result.run_id}",
+            err=True,
+        )
+        code = EXIT_DIVERGED
+    sys.exit(code)

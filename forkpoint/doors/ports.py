@@ -1,0 +1,55 @@
+"""What a front door needs from the running proxy, as protocols: the door depends on these, and
+`forkpoint.runtime` provides them, so the doors import nothing above them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from forkpoint.adapters.protocol import Adapter
+from forkpoint.engine.session import Session
+from forkpoint.models import Exchange, Headers, Run, Snapshot
+
+Item = Exchange | Snapshot | Run
+
+
+class Sessions(Protocol):
+    async def get(self, run_id: str | None) -> Session:
+        """The session of a run id (None: the proxy's default run); raises ConfigError for an
+        id the proxy will not serve."""
+        ...
+
+
+class Recorder(Protocol):
+    def submit(self, item: Item) -> None:
+        """Hand over a completed item (a run to create, an exchange, a snapshot); never blocks."""
+        ...
+
+
+class Snapshots(Protocol):
+    def on_request(self, run_id: str, step: int, *, llm: bool) -> list[asyncio.Task[None]]:
+        """Start the state pulls due at this step; the door holds the answer until they end."""
+        ...
+
+    async def attach(self, session: Session, adapter: Adapter) -> int | None:
+        """Register an agent's adapter, first restoring its snapshot in a fork or a resume;
+        the step its state was restored from, if any."""
+        ...
+
+
+class UpstreamResponse(Protocol):
+    status: int
+    headers: Headers
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; raises UpstreamError if the upstream cuts or stalls."""
+        ...
+
+    def release(self) -> None: ...
+
+
+class Sender(Protocol):
+    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
+        """Send a request; raises UpstreamError when no response head arrives."""
+        ...

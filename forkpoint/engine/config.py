@@ -1,0 +1,91 @@
+"""What the engine is told once per proxy: where routes go, how requests match, what is secret."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from forkpoint.engine.matching import MatchConfig
+from forkpoint.engine.redaction import CREDENTIAL_HEADERS, CREDENTIAL_QUERY
+from forkpoint.models import Exchange
+
+RUN_HEADER = "x-forkpoint-run"
+# Headers the gateway owns: never forwarded upstream.
+GATEWAY_HEADERS = frozenset({RUN_HEADER, "host", "content-length"})
+DIVERGENCE_STATUS = 400
+# The largest request body a front door accepts (it reads a request whole, to match it).
+DEFAULT_MAX_BODY = 256 * 1024 * 1024
+# Where a recording sends requests when told nothing else: the default route goes to OpenAI,
+# `/anthropic/...` to Anthropic (the base URLs `forkpoint record` gives a command).
+DEFAULT_UPSTREAM = "https://api.openai.com"
+DEFAULT_ROUTES = {"anthropic": "https://api.anthropic.com"}
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """Where requests go: by first path segment (`/anthropic/...`), else to `default`."""
+
+    default: str | None = None
+    prefixes: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, route: str, *, default: str | None = None) -> str | None:
+        """The upstream URL for a route, or None when no upstream serves it. `default`
+        overrides every upstream (a fork's `--upstream` for its LLM requests)."""
+        segment, _, rest = route.lstrip("/").partition("/")
+        if segment in self.prefixes:
+            return _join(default or self.prefixes[segment], "/" + rest)
+        base = default or self.default
+        return None if base is None else _join(base, route)
+
+    @classmethod
+    def of(cls, upstream: str | None, routes: Mapping[str, str] | None = None) -> Routes:
+        """`upstream` for the default route, `routes` beside the built-in prefixes."""
+        return cls(default=upstream, prefixes={**DEFAULT_ROUTES, **(routes or {})})
+
+    @classmethod
+    def recorded(cls, exchanges: Iterable[Exchange]) -> Routes:
+        """The routes a recorded run's live requests went by: each exchange's upstream URL
+        gives the base of its route, so a fork or a resume sends its live steps where the
+        run's went, never to a default host the run did not use."""
+        default: str | None = None
+        prefixes: dict[str, str] = {}
+        for exchange in exchanges:
+            upstream, route = exchange.upstream, exchange.route
+            if not upstream:
+                continue
+            segment, _, rest = route.lstrip("/").partition("/")
+            if upstream.endswith(route):
+                default = upstream[: len(upstream) - len(route)]
+            elif segment and upstream.endswith("/" + rest):
+                prefixes[segment] = upstream[: len(upstream) - len(rest) - 1]
+        return cls(default=default, prefixes=prefixes)
+
+    def over(self, other: Routes) -> Routes:
+        """These routes, with `other`'s for what these do not name."""
+        return Routes(self.default or other.default, {**other.prefixes, **self.prefixes})
+
+
+def _join(base: str, route: str) -> str:
+    return base.rstrip("/") + (route if route.startswith("/") else "/" + route)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    routes: Routes = Routes()
+    match: MatchConfig = MatchConfig()
+    redact_headers: frozenset[str] = CREDENTIAL_HEADERS
+    redact_query: frozenset[str] = CREDENTIAL_QUERY
+
+
+class OnDivergence(StrEnum):
+    """What a replaying session does with a request its recording lacks.
+
+    `fail`: answer with the divergence report. `live`: fork there, and serve everything live
+    from then on. `new_episodes`: send that one request live and go on replaying (the pytest
+    plugin's record mode of that name).
+    """
+
+    FAIL = "fail"
+    LIVE = "live"
+    NEW_EPISODES = "new_episodes"

@@ -1,0 +1,21 @@
+"""What is read off a finished exchange rather than seen on the wire: its summary (model,
+usage, tool calls, text) and its request's fingerprint.
+
+The live path leaves both to the recorder, off the event loop: a summary decodes and parses
+the body, a fingerprint canonicalizes the request's JSON.
+"""
+
+from __future__ import annotations
+
+from forkpoint.engine.dialects import summarize_exchange
+from forkpoint.engine.matching import MatchConfig, fingerprint_exchange
+from forkpoint.models import Exchange
+
+
+def derive(exchange: Exchange, match: MatchConfig) -> Exchange:
+    """Fill in the summary and fingerprint an exchange lacks; returns it."""
+    if exchange.summary is None:
+        exchange.summary = summarize_exchange(exchange)
+    if not exchange.fingerprint:
+        exchange.fingerprint = fingerprint_exchange(exchange, match)
+    return exchange

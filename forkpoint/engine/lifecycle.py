@@ -1,0 +1,234 @@
+"""The life of one response, from its first event to the exchange it leaves on record.
+
+Whatever answers a request (the upstream, the cassette, a mock, forkpoint's own error), its
+response reaches the agent as the same events: a `Head`, `Body` chunks, then an `End`, a `Cut`
+(the source broke off mid-body) or `NoAnswer` (it failed before any head); the front door adds
+`HangUp` when the agent goes away. A `Tee` takes them in order and answers with commands: send
+the head, a chunk, the end, drop the agent's connection, and `Commit` the exchange, which comes
+before the end of the body goes out, so an answer the agent has is an answer on record.
+
+A recorded exchange becomes events too: `serve_plan` lays them out in time under a pace,
+ending in the cut or the failure it had when recorded, so a replay shows the agent what the
+recording saw. A front door runs one loop for every action: take the next event (from the
+upstream, the plan or a mock), feed it to the tee, carry out the commands.
+
+    tee = Tee(record, started=now())
+    for event in events:
+        for command in tee.feed(event, now()):
+            ...  # SendHead, SendBody, SendEnd, Drop, Commit
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, auto
+
+from forkpoint.engine.encoding import header
+from forkpoint.engine.pace import Pace
+from forkpoint.engine.redaction import CREDENTIAL_HEADERS, REDACTED, end_to_end, redact_headers
+from forkpoint.models import Chunk, Exchange, Headers
+
+# events: what happens to a response
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The status and headers arrived; `streamed` says whether the body is kept as chunks
+    (None: decide from the headers, as for a live response)."""
+
+    status: int
+    headers: Headers
+    streamed: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """The whole body has been passed on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """The source broke off in the middle of the body."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoAnswer:
+    """The source failed before sending a head: refused, reset, timed out."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class HangUp:
+    """The agent closed its connection."""
+
+    reason: str
+
+
+Event = Head | Body | End | Cut | NoAnswer | HangUp
+
+# commands: what the front door does
+
+
+@dataclass(frozen=True, slots=True)
+class SendHead:
+    status: int
+    headers: Headers
+
+
+@dataclass(frozen=True, slots=True)
+class SendBody:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendEnd:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Close the agent's connection, as the source closed ours: no head, or half a body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Hand the finished exchange to the recorder."""
+
+    exchange: Exchange
+
+
+Command = SendHead | SendBody | SendEnd | Drop | Commit
+
+
+class _State(Enum):
+    WAITING = auto()  # no head yet
+    SENDING = auto()
+    DONE = auto()
+
+
+class Tee:
+    """One response on its way to the agent, and the exchange it leaves.
+
+    `record` holds the request side (from `decide`); the tee fills in the response as the
+    agent gets it. `keep=False` commits nothing (a resume serving steps its run holds).
+    Times are seconds on the front door's clock; the record keeps milliseconds since `started`.
+    """
+
+    def __init__(
+        self,
+        record: Exchange,
+        started: float,
+        *,
+        keep: bool = True,
+        redact: frozenset[str] = CREDENTIAL_HEADERS,
+    ):
+        self.record = record
+        self._started = started
+        self._keep = keep
+        self._redact = redact
+        self._chunks: list[Chunk] = []
+        self._streamed = False
+        self._state = _State.WAITING
+
+    @property
+    def done(self) -> bool:
+        return self._state is _State.DONE
+
+    def feed(self, event: Event, now: float) -> list[Command]:
+        if self._state is _State.DONE:
+            return []
+        at = self._ms(now)
+        match event:
+            case Head(status, headers, streamed):
+                return self._head(status, headers, streamed, at)
+            case Body(data):
+                self._chunks.append(Chunk(at, data))
+                return [SendBody(data)] if data else []
+            case End():
+                return [*self._finish(at), SendEnd()]
+            case Cut(reason):
+                return [*self._finish(at, error=reason), Drop()]
+            case NoAnswer(reason):
+                return [*self._finish(at, error=reason), Drop()]
+            case HangUp(reason):
+                return self._finish(at, error=f"client disconnected: {reason}")
+        raise AssertionError(f"not an event: {event!r}")
+
+    def _head(
+        self, status: int, headers: Headers, streamed: bool | None, at: float
+    ) -> list[Command]:
+        if self._state is not _State.WAITING:
+            raise ValueError("a response has one head")
+        self._state = _State.SENDING
+        passed = end_to_end(headers)
+        record = self.record
+        record.status, record.ttfb_ms = status, at
+        record.response_headers = redact_headers(passed, self._redact)
+        self._streamed = is_stream(headers) if streamed is None else streamed
+        # A recorded response keeps a masked credential's name: the agent never gets the mask.
+        return [SendHead(status, tuple([pair for pair in passed if pair[1] != REDACTED]))]
+
+    def _finish(self, at: float, *, error: str | None = None) -> list[Command]:
+        self._state = _State.DONE
+        record = self.record
+        record.duration_ms = at
+        record.response_body = b"".join([chunk.data for chunk in self._chunks])
+        record.chunks = self._chunks if self._streamed else None
+        if error is not None:
+            record.complete, record.error = False, error
+        return [Commit(record)] if self._keep else []
+
+    def _ms(self, now: float) -> float:
+        return round((now - self._started) * 1000, 3)
+
+
+def is_stream(headers: Headers) -> bool:
+    """Whether a live response's body is kept chunk by chunk: an event stream, or a body of
+    unknown length."""
+    content_type = header(headers, "content-type") or ""
+    return content_type.startswith("text/event-stream") or header(headers, "content-length") is None
+
+
+# where events come from, besides the upstream
+
+Timed = tuple[float, Event]  # (seconds after the request to deliver it, the event)
+
+
+def serve_plan(recorded: Exchange, pace: Pace = Pace()) -> list[Timed]:
+    """The events that serve `recorded` again, each with its delay under `pace`: the head at
+    its time to first byte, each chunk at its offset, then the end, or the cut or failure the
+    recording saw."""
+
+    def at(offset_ms: float | None) -> float:
+        return 0.0 if pace.factor is None or offset_ms is None else offset_ms / 1000 / pace.factor
+
+    if recorded.status is None:
+        reason = recorded.error or "no response was recorded"
+        return [(at(recorded.duration_ms), NoAnswer(reason))]
+    plan: list[Timed] = [
+        (at(recorded.ttfb_ms), Head(recorded.status, recorded.response_headers, recorded.streamed))
+    ]
+    if recorded.chunks is not None:
+        pieces = recorded.chunks
+    else:
+        pieces = [Chunk(recorded.ttfb_ms or 0.0, recorded.response_body)]
+    for chunk in pieces:  # never earlier than what came before it
+        plan.append((max(at(chunk.offset_ms), plan[-1][0]), Body(chunk.data)))
+    ending: Event = End() if recorded.complete else Cut(recorded.error or "cut when recorded")
+    plan.append((plan[-1][0], ending))
+    return plan
+
+
+def answer(status: int, headers: Headers, body: bytes) -> list[Event]:
+    """The events of a response known whole (forkpoint's own error, a mock's answer)."""
+    if header(headers, "content-length") is None:
+        headers = (*headers, ("content-length", str(len(body))))
+    return [Head(status, headers, streamed=False), Body(body), End()]

@@ -1,0 +1,174 @@
+"""A session: the proxy's live view of one run being served, and what is left to replay.
+
+A session replays its source run while it is not live: a request is answered with the earliest
+unserved recorded exchange that has its fingerprint. Its mode says when it goes live:
+
+- `record`: from its first step.
+- `replay`: never; a request the recording lacks is a divergence (or, by policy, goes live).
+- `fork`: at its fork step, or at the first step the parent did not complete.
+- `resume`: once the steps the agent had fully received are served; it appends to its own run,
+  so served steps are not written again and live ones are numbered after the highest recorded.
+
+Only what the agent had fully received is served in a fork or a resume: an exchange that was
+cut (the agent crashed mid-stream) goes live again. A replay serves it, cut again, as recorded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from forkpoint.engine import matching
+from forkpoint.engine.changes import Change
+from forkpoint.engine.config import EngineConfig, OnDivergence
+from forkpoint.models import Exchange, Mode, Run, Snapshot
+
+
+@dataclass(eq=False)
+class Session:
+    run: Run
+    mode: Mode = Mode.RECORD
+    source: list[Exchange] = field(default_factory=list)
+    fork_step: int | None = None
+    on_divergence: OnDivergence = OnDivergence.FAIL
+    change: Change = Change()
+    next_step: int = 0
+    live: bool = True
+    # Per adapter, the snapshot an agent that registers gets back (fork and resume).
+    restore_points: dict[str, Snapshot] = field(default_factory=dict)
+    # The step the agent was restored to, once one adapter took its snapshot.
+    restored_step: int | None = None
+    # Per step of this run that was served from the source, the source exchange it got.
+    served: dict[int, Exchange] = field(default_factory=dict)
+    _unserved: dict[str, deque[Exchange]] = field(default_factory=dict)
+    _left: int = 0
+
+    @classmethod
+    def record(cls, run: Run, *, next_step: int = 0) -> Session:
+        """A run recorded live; `next_step` continues a run recorded before."""
+        return cls(run, Mode.RECORD, next_step=next_step)
+
+    @classmethod
+    def replay(
+        cls,
+        run: Run,
+        source: Sequence[Exchange],
+        config: EngineConfig,
+        *,
+        on_divergence: OnDivergence = OnDivergence.FAIL,
+    ) -> Session:
+        session = cls(run, Mode.REPLAY, on_divergence=on_divergence)
+        session._load(source, config, served=list(source))
+        return session
+
+    @classmethod
+    def fork(
+        cls,
+        run: Run,
+        source: Sequence[Exchange],
+        config: EngineConfig,
+        *,
+        at: int,
+        change: Change = Change(),
+        on_divergence: OnDivergence = OnDivergence.FAIL,
+        restore_points: dict[str, Snapshot] | None = None,
+    ) -> Session:
+        # A mock may serve the parent's answer at any step; the prefix ends at the fork step,
+        # or at the first step the agent did not fully receive.
+        cut = next((e.step for e in source if not e.complete), at)
+        session = cls(
+            run, Mode.FORK, fork_step=min(at, cut), on_divergence=on_divergence,
+            change=change, restore_points=restore_points or {},
+        )  # fmt: skip
+        session._load(source, config, served=[e for e in source if e.complete])
+        return session
+
+    @classmethod
+    def resume(
+        cls,
+        run: Run,
+        source: Sequence[Exchange],
+        config: EngineConfig,
+        *,
+        on_divergence: OnDivergence = OnDivergence.FAIL,
+        restore_points: dict[str, Snapshot] | None = None,
+    ) -> Session:
+        session = cls(
+            run, Mode.RESUME, on_divergence=on_divergence, restore_points=restore_points or {}
+        )
+        prefix = _received(source)
+        session._load(source, config, served=prefix)
+        return session
+
+    @property
+    def keeps_served(self) -> bool:
+        """Whether served steps are written to the run: not when it already holds them."""
+        return self.mode is not Mode.RESUME
+
+    def _load(
+        self, source: Sequence[Exchange], config: EngineConfig, *, served: Sequence[Exchange]
+    ) -> None:
+        """Index what may be served; fingerprints are recomputed under today's config."""
+        self.source = list(source)
+        self.live = self.fork_step == 0 or (self.mode is Mode.RESUME and not served)
+        self._unserved.clear()
+        self._left = len(served)
+        for exchange in served:
+            exchange.fingerprint = matching.fingerprint_exchange(exchange, config.match)
+            self._unserved.setdefault(exchange.fingerprint, deque()).append(exchange)
+
+    def take(self, key: str, *, before: int | None = None) -> Exchange | None:
+        """The earliest unserved recorded exchange with this fingerprint (and a step < before)."""
+        queue = self._unserved.get(key)
+        if not queue or (before is not None and queue[0].step >= before):
+            return None
+        self._left -= 1
+        return queue.popleft()
+
+    @property
+    def exhausted(self) -> bool:
+        """Every exchange the session may serve has been served (or skipped)."""
+        return self._left == 0
+
+    def unserved(self) -> list[Exchange]:
+        return sorted((e for q in self._unserved.values() for e in q), key=lambda e: e.step)
+
+    def skip_to(self, step: int) -> list[Exchange]:
+        """The agent goes on from `step` (its state was restored there): the source steps
+        before it are no longer served; returns them."""
+        self.next_step = self.restored_step = step
+        skipped = [e for e in self.source if e.step < step]
+        for exchange in skipped:
+            queue = self._unserved.get(exchange.fingerprint)
+            if queue and exchange in queue:
+                queue.remove(exchange)
+                self._left -= 1
+        return skipped
+
+    def go_live(self, step: int) -> int:
+        """Serve live from now on; the step number the live request gets."""
+        self.live = True
+        if self.mode is Mode.RESUME:
+            step = self.next_step = max(step, _after(self.source))
+            self.next_step += 1
+            return step
+        if self.fork_step is None or step < self.fork_step:
+            self.fork_step = step
+        self.run.fork_step = self.fork_step
+        return step
+
+
+def _received(source: Sequence[Exchange]) -> list[Exchange]:
+    """The steps the agent had fully received, up to the first it had not."""
+    prefix = []
+    for exchange in source:
+        if not exchange.complete:
+            break
+        prefix.append(exchange)
+    return prefix
+
+
+def _after(source: Sequence[Exchange]) -> int:
+    """The first step number after every recorded one: a crash may have left gaps."""
+    return max((e.step for e in source), default=-1) + 1

@@ -1,0 +1,183 @@
+"""The life of a response as a playbook: events in, commands out, plain data, no sockets."""
+
+from __future__ import annotations
+
+import pytest
+
+from forkpoint.engine.lifecycle import (
+    Body,
+    Commit,
+    Cut,
+    Drop,
+    End,
+    HangUp,
+    Head,
+    NoAnswer,
+    SendBody,
+    SendEnd,
+    SendHead,
+    Tee,
+    answer,
+    serve_plan,
+)
+from forkpoint.engine.pace import Pace
+from forkpoint.models import Chunk, Exchange
+
+SSE = (("content-type", "text/event-stream"),)
+JSON = (("content-type", "application/json"), ("content-length", "2"))
+
+
+def request_record() -> Exchange:
+    return Exchange("r", 0, "POST", "/v1/chat/completions", (), b"{}", "fp")
+
+
+def play(tee: Tee, *timed: tuple[float, object]) -> list[object]:
+    """Feed (time in s, event) pairs; every command the tee answers, in order."""
+    commands: list[object] = []
+    for now, event in timed:
+        commands += tee.feed(event, now)  # type: ignore[arg-type]
+    return commands
+
+
+def test_a_stream_passes_chunk_by_chunk_and_commits_before_its_end_goes_out():
+    tee = Tee(request_record(), started=10.0)
+    commands = play(
+        tee,
+        (10.1, Head(200, (*SSE, ("connection", "keep-alive")))),
+        (10.2, Body(b"data: a\n\n")),
+        (10.35, Body(b"data: b\n\n")),
+        (10.4, End()),
+    )
+    record = tee.record
+    assert commands == [
+        SendHead(200, SSE),  # hop-by-hop headers are not passed on
+        SendBody(b"data: a\n\n"),
+        SendBody(b"data: b\n\n"),
+        Commit(record),
+        SendEnd(),
+    ]
+    assert record.complete and record.error is None
+    assert record.chunks == [Chunk(200.0, b"data: a\n\n"), Chunk(350.0, b"data: b\n\n")]
+    assert (record.ttfb_ms, record.duration_ms, record.response_body) == (
+        100.0, 400.0, b"data: a\n\ndata: b\n\n",
+    )  # fmt: skip
+
+
+def test_a_body_of_known_length_is_kept_whole_not_as_chunks():
+    tee = Tee(request_record(), started=0.0)
+    play(tee, (0.0, Head(200, JSON)), (0.0, Body(b"{")), (0.0, Body(b"}")), (0.0, End()))
+    assert tee.record.chunks is None and tee.record.response_body == b"{}"
+
+
+def test_an_upstream_cut_is_recorded_incomplete_and_the_agent_is_cut_too():
+    tee = Tee(request_record(), started=0.0)
+    commands = play(
+        tee, (0.0, Head(200, SSE)), (0.1, Body(b"data: a\n\n")), (0.2, Cut("upstream reset"))
+    )
+    assert commands[-2:] == [Commit(tee.record), Drop()]
+    assert not tee.record.complete and tee.record.error == "upstream reset"
+
+
+def test_no_answer_drops_the_connection_as_the_upstream_did():
+    """The agent sees what it would without forkpoint (a connection error its SDK retries),
+    not a 502 that says not to retry."""
+    tee = Tee(request_record(), started=0.0)
+    commands = play(tee, (0.5, NoAnswer("cannot reach upstream: refused")))
+    assert commands == [Commit(tee.record), Drop()]
+    assert tee.record.status is None and not tee.record.complete
+    assert tee.record.error == "cannot reach upstream: refused"
+
+
+def test_a_hang_up_mid_stream_is_incomplete_but_after_the_end_changes_nothing():
+    mid = Tee(request_record(), started=0.0)
+    commands = play(mid, (0.0, Head(200, SSE)), (0.1, Body(b"x")), (0.2, HangUp("reset")))
+    assert commands[-1] == Commit(mid.record)
+    assert not mid.record.complete and "client disconnected" in (mid.record.error or "")
+    after = Tee(request_record(), started=0.0)
+    play(after, (0.0, Head(200, SSE)), (0.1, Body(b"x")), (0.2, End()))
+    # SDKs hang up as soon as they read `[DONE]`, before the end marker: still complete.
+    assert play(after, (0.3, HangUp("reset"))) == []
+    assert after.record.complete
+
+
+def test_credentials_in_the_response_are_masked_on_record_and_never_sent_masked():
+    tee = Tee(request_record(), started=0.0)
+    [head] = play(tee, (0.0, Head(200, (("set-cookie", "s=secret"), *JSON))))
+    assert ("set-cookie", "[redacted]") in tee.record.response_headers
+    assert head == SendHead(200, (("set-cookie", "s=secret"), *JSON))
+    replayed = Tee(request_record(), started=0.0)
+    [head] = play(replayed, (0.0, Head(200, (("set-cookie", "[redacted]"), *JSON))))
+    assert head == SendHead(200, JSON)
+
+
+def test_a_resume_serving_its_own_steps_commits_nothing():
+    tee = Tee(request_record(), started=0.0, keep=False)
+    assert play(tee, (0.0, Head(200, JSON)), (0.0, Body(b"{}")), (0.0, End())) == [
+        SendHead(200, JSON), SendBody(b"{}"), SendEnd(),
+    ]  # fmt: skip
+
+
+def test_events_after_the_end_are_ignored_and_a_second_head_is_a_bug():
+    tee = Tee(request_record(), started=0.0)
+    play(tee, (0.0, Head(200, JSON)), (0.0, End()))
+    assert play(tee, (0.1, Body(b"late")), (0.2, Cut("late"))) == []
+    twice = Tee(request_record(), started=0.0)
+    play(twice, (0.0, Head(200, JSON)))
+    with pytest.raises(ValueError, match="one head"):
+        play(twice, (0.0, Head(200, JSON)))
+
+
+def recorded_stream(*, complete: bool = True) -> Exchange:
+    exchange = request_record()
+    exchange.status, exchange.response_headers = 200, SSE
+    exchange.chunks = [Chunk(393.0, b"data: a\n\n"), Chunk(1601.0, b"data: b\n\n")]
+    exchange.response_body = b"data: a\n\ndata: b\n\n"
+    exchange.ttfb_ms, exchange.complete = 120.0, complete
+    exchange.error = None if complete else "upstream cut the response"
+    return exchange
+
+
+def test_a_serve_plan_at_the_recorded_pace_keeps_every_offset():
+    plan = serve_plan(recorded_stream(), Pace(1.0))
+    assert plan == [
+        (0.12, Head(200, SSE, True)),
+        (0.393, Body(b"data: a\n\n")),
+        (1.601, Body(b"data: b\n\n")),
+        (1.601, End()),
+    ]
+
+
+def test_a_serve_plan_fast_or_faster():
+    assert {at for at, _ in serve_plan(recorded_stream(), Pace())} == {0.0}
+    assert [at for at, _ in serve_plan(recorded_stream(), Pace(2.0))][:2] == [0.06, 0.1965]
+
+
+def test_a_stream_cut_when_recorded_is_cut_again():
+    *_, (_, ending) = serve_plan(recorded_stream(complete=False))
+    assert ending == Cut("upstream cut the response")
+
+
+def test_a_recorded_failure_replays_as_the_same_failure():
+    failed = request_record()
+    failed.error, failed.complete, failed.duration_ms = "cannot reach upstream", False, 30.0
+    assert serve_plan(failed, Pace(1.0)) == [(0.03, NoAnswer("cannot reach upstream"))]
+
+
+def test_served_events_through_a_tee_give_the_recorded_response_and_its_served_timing():
+    recorded = recorded_stream()
+    tee = Tee(request_record(), started=0.0)
+    commands = play(tee, *serve_plan(recorded, Pace(1.0)))
+    assert [c for c in commands if isinstance(c, SendBody)] == [
+        SendBody(c.data) for c in recorded.chunks or []
+    ]
+    assert tee.record.response_body == recorded.response_body
+    assert [c.offset_ms for c in tee.record.chunks or []] == [393.0, 1601.0]
+
+
+def test_a_whole_answer_carries_its_length():
+    events = answer(418, (("content-type", "application/json"),), b'{"x":1}')
+    assert events == [
+        Head(418, (("content-type", "application/json"), ("content-length", "7")), False),
+        Body(b'{"x":1}'),
+        End(),
+    ]
