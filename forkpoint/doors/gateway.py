@@ -29,7 +29,14 @@ from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
 from forkpoint.doors.mocks import run_mock
 from forkpoint.doors.ports import Recorder, Sender, Sessions, Snapshots
-from forkpoint.engine.config import DEFAULT_MAX_BODY, RUN_HEADER, EngineConfig, Routes
+from forkpoint.engine.config import (
+    DEFAULT_MAX_BODY,
+    INTERCEPT_HEADER,
+    ORIGIN_HEADER,
+    RUN_HEADER,
+    EngineConfig,
+    Routes,
+)
 from forkpoint.engine.decide import (
     Action,
     Fail,
@@ -67,11 +74,6 @@ from forkpoint.errors import ConfigError, UpstreamError
 log = logging.getLogger(__name__)
 
 RUN_PREFIX = "/r/"
-# What the interceptor adds to each request it hands over: its secret, and where the request
-# was going (`https://host[:port]`). Only a request with the secret may name an origin: anyone
-# else's is an ordinary request, so no stranger can make the proxy fetch a URL of their choice.
-INTERCEPT_HEADER = "x-forkpoint-intercept"
-ORIGIN_HEADER = "x-forkpoint-origin"
 
 
 class Gateway:

@@ -26,8 +26,7 @@ from weakref import WeakKeyDictionary
 
 from mitmproxy import connection, http, tcp, tls
 
-from forkpoint.doors.gateway import INTERCEPT_HEADER, ORIGIN_HEADER
-from forkpoint.engine.config import RUN_HEADER
+from forkpoint.engine.config import INTERCEPT_HEADER, ORIGIN_HEADER, RUN_HEADER
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,15 @@ from forkpoint.engine.redaction import CREDENTIAL_HEADERS, CREDENTIAL_QUERY
 from forkpoint.models import Exchange
 
 RUN_HEADER = "x-forkpoint-run"
+# What the interceptor adds to each request it hands the gateway: its secret, and where the
+# request was going (`https://host[:port]`). Only a request with the secret may name an
+# origin, so no stranger can make the proxy fetch a URL of their choice.
+INTERCEPT_HEADER = "x-forkpoint-intercept"
+ORIGIN_HEADER = "x-forkpoint-origin"
 # Headers the gateway owns: never forwarded upstream.
-GATEWAY_HEADERS = frozenset({RUN_HEADER, "host", "content-length"})
+GATEWAY_HEADERS = frozenset(
+    {RUN_HEADER, INTERCEPT_HEADER, ORIGIN_HEADER, "host", "content-length"}
+)
 DIVERGENCE_STATUS = 400
 # The largest request body a front door accepts (it reads a request whole, to match it).
 DEFAULT_MAX_BODY = 256 * 1024 * 1024

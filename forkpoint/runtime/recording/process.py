@@ -21,7 +21,6 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-import forkpoint
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.matching import MatchConfig
@@ -34,7 +33,7 @@ log = logging.getLogger(__name__)
 # Exchanges a second from which a proxy writes from a child process.
 PROMOTE_AT = 100
 
-_PACKAGE_ROOT = str(Path(forkpoint.__file__).resolve().parent.parent)
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])  # the folder holding forkpoint/
 _CHILD = (
     f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
     "from forkpoint.runtime.recording.child import main; main()"
