@@ -13,6 +13,17 @@ from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.proxy import ProxyThread
 from forkpoint.testing.upstream import ScriptedUpstream
 
+# Tests of seconds each: marked `slow`, run by CI, skipped by `scripts/test -m "not slow"`.
+SLOW = ("stacks/", "testing/test_pytest_plugin", "compare/test_experiment_e2e", "agents/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        where = Path(str(item.path)).relative_to(root).as_posix()
+        if where.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
 
 class RunningUpstream:
     """A ScriptedUpstream on its own loop thread, stoppable mid-test (to prove replay is offline)."""

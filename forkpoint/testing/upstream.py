@@ -92,6 +92,7 @@ class ScriptedUpstream:
         self.chunk_delay = chunk_delay
         self.compress = compress
         self.requests: list[ReceivedRequest] = []
+        self.finished = 0  # requests whose answer is done (sent, cut, or hung up on)
         self.threads = Threads()  # Anthropic's server-held conversations
         self.app = web.Application(middlewares=[self._record])
         for route, (dialect, wire) in _ROUTES.items():
@@ -133,7 +134,10 @@ class ScriptedUpstream:
             parsed = None
         headers = dict(request.headers)
         self.requests.append(ReceivedRequest(request.method, request.path, headers, body, parsed))
-        return await handler(request)
+        try:
+            return await handler(request)
+        finally:
+            self.finished += 1
 
     async def _answer(self, dialect: str, wire: Wire, request: web.Request) -> web.StreamResponse:
         headers = {wire.request_id_header: random_id("req_", 32, string.hexdigits[:16])}

@@ -22,7 +22,8 @@ from forkpoint.compare.cost import (
     run_totals,
     usd,
 )
-from forkpoint.models import Exchange, Kind, Origin, Summary, Usage
+from forkpoint.models import Exchange, Kind, Origin, Usage
+from tests import builders
 from tests.compare.conftest import FORK_STEP
 
 M = Decimal(1_000_000)
@@ -40,36 +41,17 @@ def llm(
     duration_ms: float = 100.0,
     started_at: float = 1_780_000_000.0,
 ) -> Exchange:
-    return Exchange(
-        run_id="r",
-        step=step,
-        method="POST",
-        route="/v1/chat/completions",
-        request_headers=(),
-        request_body=b"{}",
-        fingerprint=f"fp{step}",
-        status=status,
-        origin=origin,
-        started_at=started_at,
-        duration_ms=duration_ms,
-        summary=Summary(Kind.LLM, dialect, model=model, usage=usage),
-    )
+    return builders.llm(
+        step, model=model, usage=usage, dialect=dialect, origin=origin, status=status,
+        duration_ms=duration_ms, started_at=started_at, fingerprint=f"fp{step}",
+    )  # fmt: skip
 
 
 def tool(step: int, *, duration_ms: float = 20.0, started_at: float = 1_780_000_000.5) -> Exchange:
-    return Exchange(
-        run_id="r",
-        step=step,
-        method="GET",
-        route=f"/orders/{step}",
-        request_headers=(),
-        request_body=b"",
-        fingerprint=f"tool{step}",
-        status=200,
-        started_at=started_at,
+    return builders.tool(
+        step, route=f"/orders/{step}", fingerprint=f"tool{step}", started_at=started_at,
         duration_ms=duration_ms,
-        summary=Summary(Kind.TOOL, "generic"),
-    )
+    )  # fmt: skip
 
 
 def test_gpt_4o_with_cached_input_is_priced_by_hand():

@@ -7,6 +7,7 @@ from decimal import Decimal
 from forkpoint.compare.cost import run_totals
 from forkpoint.compare.diff import diff_runs, diff_stored, fork_point, tool_call_pairs
 from forkpoint.models import Exchange, Kind, Origin, Run, Summary, ToolCall, Usage
+from tests.builders import llm, tool
 from tests.compare.conftest import FORK_STEP
 
 
@@ -119,20 +120,12 @@ def test_streaming_runs(shop, store):
 
 
 def http(run_id: str, step: int, body: bytes, *, request: bytes = b"") -> Exchange:
-    return Exchange(
-        run_id=run_id, step=step, method="GET", route="/orders/A1", request_headers=(),
-        request_body=request, fingerprint=f"GET /orders/A1 {request!r}", status=200,
-        response_body=body, summary=Summary(Kind.TOOL, "generic"),
-    )  # fmt: skip
+    return tool(step, route="/orders/A1", run_id=run_id, request_body=request,
+                fingerprint=f"GET /orders/A1 {request!r}", response_body=body)  # fmt: skip
 
 
 def model_call(run_id: str, arguments: str) -> Exchange:
-    call = ToolCall("lookup_order", arguments)
-    return Exchange(
-        run_id=run_id, step=0, method="POST", route="/v1/chat/completions", request_headers=(),
-        request_body=b"{}", fingerprint="x", status=200,
-        summary=Summary(Kind.LLM, "openai_chat", model="gpt-4o", tool_calls=(call,)),
-    )  # fmt: skip
+    return llm(run_id=run_id, calls=(ToolCall("lookup_order", arguments),), fingerprint="x")
 
 
 def test_tool_responses_and_arguments_are_compared_as_json_values():

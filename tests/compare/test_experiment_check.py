@@ -10,16 +10,15 @@ import pytest
 from forkpoint.compare.experiment_check import CheckResult, CheckRun, load_check
 from forkpoint.errors import ConfigError
 from forkpoint.models import Exchange, Kind, Run, Summary, ToolCall
+from tests.builders import exchange as build
 
 
 def exchange(step: int, route: str, *, method: str = "GET", body: bytes = b"", gzipped: bool = False,
              summary: Summary | None = None) -> Exchange:  # fmt: skip
     headers = (("content-encoding", "gzip"),) if gzipped else ()
-    return Exchange(
-        run_id="r", step=step, method=method, route=route, request_headers=(), request_body=b"",
-        fingerprint="", status=200, response_headers=headers,
-        response_body=gzip.compress(body) if gzipped else body, summary=summary,
-    )  # fmt: skip
+    return build(step=step, method=method, route=route, request_headers=(), request_body=b"",
+                 response_headers=headers, response_body=gzip.compress(body) if gzipped else body,
+                 summary=summary)  # fmt: skip
 
 
 def llm(step: int, *, calls: tuple[ToolCall, ...] = (), text: str | None = None) -> Exchange:

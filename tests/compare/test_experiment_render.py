@@ -23,14 +23,13 @@ from forkpoint.compare.experiment_render import SCHEMA, experiment_json, print_e
 from forkpoint.compare.experiment_results import Experiment, load_experiment
 from forkpoint.models import (
     Exchange,
-    Kind,
     Mode,
     Run,
     RunStatus,
-    Summary,
     ToolCall,
     Usage,
 )
+from tests import builders
 
 START = 1_780_000_000.0
 PASS, FAIL = (
@@ -41,17 +40,15 @@ PASS, FAIL = (
 
 def llm(run: str, step: int, model: str, *, calls: tuple[ToolCall, ...] = (), text: str | None = None,
         output: int = 100) -> Exchange:  # fmt: skip
-    summary = Summary(Kind.LLM, "openai_chat", model, Usage(1000, output), calls, text=text)
-    return Exchange(run_id=run, step=step, method="POST", route="/v1/chat/completions",
-                    request_headers=(), request_body=b"{}", fingerprint=f"llm-{step}", status=200,
-                    started_at=START + step, duration_ms=500.0, summary=summary)  # fmt: skip
+    return builders.llm(step, model=model, usage=Usage(1000, output), calls=calls, text=text,
+                        run_id=run, fingerprint=f"llm-{step}", started_at=START + step,
+                        duration_ms=500.0)  # fmt: skip
 
 
 def tool(run: str, step: int, q: str) -> Exchange:
-    return Exchange(run_id=run, step=step, method="GET", route=f"/tools/lookup?q={q}",
-                    request_headers=(), request_body=b"", fingerprint=f"tool-{q}", status=200,
-                    response_body=orjson.dumps({"q": q}), started_at=START + step, duration_ms=20.0,
-                    summary=Summary(Kind.TOOL, "generic"))  # fmt: skip
+    return builders.tool(step, route=f"/tools/lookup?q={q}", run_id=run, fingerprint=f"tool-{q}",
+                         response_body=orjson.dumps({"q": q}), started_at=START + step,
+                         duration_ms=20.0)  # fmt: skip
 
 
 def lookup(q: str) -> tuple[ToolCall, ...]:

@@ -6,7 +6,8 @@ from html.parser import HTMLParser
 
 from forkpoint.compare.diff import diff_runs, diff_stored
 from forkpoint.compare.html import diff_html
-from forkpoint.models import Exchange, Kind, Run, Summary
+from forkpoint.models import Exchange, Run
+from tests.builders import llm
 
 VOID = {"meta", "br", "link", "img", "input", "hr"}
 
@@ -63,11 +64,7 @@ def test_the_page_is_valid_and_self_contained(shop, store):
 
 def test_values_from_the_cassette_are_escaped():
     def answer(run_id: str, text: str) -> Exchange:
-        return Exchange(
-            run_id=run_id, step=0, method="POST", route="/v1/chat/completions",
-            request_headers=(), request_body=b"{}", fingerprint="x", status=200,
-            summary=Summary(Kind.LLM, "openai_chat", model="gpt-4o", text=text),
-        )  # fmt: skip
+        return llm(run_id=run_id, text=text, fingerprint="x")
 
     hostile = '<script>alert("x")</script><img src="https://evil.example/x.png">'
     html = diff_html(

@@ -9,7 +9,7 @@ import http.client
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 import openai
@@ -324,13 +324,20 @@ def test_a_client_that_hangs_up_mid_stream_loses_nothing_and_others_are_served(
     # the hang-up is noticed at the next write; meanwhile another run is served normally
     status, _, body = request(thread.proxy.url + "/r/other-run/tools/echo", "POST", b"still here")
     assert (status, body) == (200, b"still here")
-    time.sleep(0.3)
+    wait_for(lambda: thread.proxy.recorder.flush(1) and store.step_count(run.id) == 1)
     thread.close()
     [cut] = store.exchanges(run.id)
     assert cut.complete is False and "client disconnected" in (cut.error or "")
     assert cut.response_body.startswith(b"piece 0")
     [other] = store.exchanges("other-run")
     assert other.response_body == b"still here"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
 
 
 def test_runs_are_chosen_by_path_prefix_or_header(start_proxy, store, tools):

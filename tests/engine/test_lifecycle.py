@@ -22,13 +22,14 @@ from forkpoint.engine.lifecycle import (
 )
 from forkpoint.engine.pace import Pace
 from forkpoint.models import Chunk, Exchange
+from tests.builders import exchange
 
 SSE = (("content-type", "text/event-stream"),)
 JSON = (("content-type", "application/json"), ("content-length", "2"))
 
 
 def request_record() -> Exchange:
-    return Exchange("r", 0, "POST", "/v1/chat/completions", (), b"{}", "fp")
+    return exchange(status=None, response_headers=(), response_body=b"", fingerprint="fp")
 
 
 def play(tee: Tee, *timed: tuple[float, object]) -> list[object]:

@@ -30,18 +30,16 @@ from forkpoint.runtime.recording.process import (
     recorder_for,
 )
 from forkpoint.runtime.recording.recorder import Recorder, ThreadRecorder
+from tests.builders import exchange as build
 
 
 def exchange(run_id: str, step: int, model: str = "gpt-4o") -> Exchange:
-    return Exchange(
+    return build(
         run_id=run_id,
         step=step,
-        method="POST",
-        route="/v1/chat/completions",
         request_headers=(),
         request_body=b'{"model": "%s", "user": "u-%d"}' % (model.encode(), step),
-        fingerprint="",
-        status=200,
+        response_headers=(),
         response_body=b'{"model": "%s", "choices": []}' % model.encode(),
     )
 

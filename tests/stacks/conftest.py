@@ -58,13 +58,6 @@ _CLEARED = ("OPENAI_", "ANTHROPIC_", "LITELLM_", "LANGSMITH_", "LANGCHAIN_", "FO
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "stacks: a real SDK or framework end to end (extra `stacks`); -m 'not stacks' skips them",
-    )
-
-
 def command(*argv: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Agent:
     """An agent run as a command, with `env` added to what forkpoint gives it (what a user
     would export for that stack); its stdout is one JSON document, what it saw."""

@@ -446,7 +446,12 @@ def test_client_hanging_up_mid_stream_is_quiet(
         async with aiohttp.ClientSession() as session:
             async with session.post(served.url + "/v1/chat/completions", json=body) as response:
                 await response.content.readany()
-            await asyncio.sleep(0.2)  # the server writes on into the closed connection
+            # the server writes on into the closed connection until its stream is done
+            for _ in range(500):
+                if served.upstream.finished:
+                    break
+                await asyncio.sleep(0.01)
+            assert served.upstream.finished == 1
 
     with caplog.at_level(logging.WARNING):
         asyncio.run(read_one_then_hang_up())

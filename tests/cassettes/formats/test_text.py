@@ -16,8 +16,9 @@ from forkpoint import api
 from forkpoint.cassettes.formats import text
 from forkpoint.engine.encoding import header
 from forkpoint.errors import CassetteError, SchemaVersionError
-from forkpoint.models import Chunk, Exchange, Origin, Run, RunStatus
+from forkpoint.models import Chunk, Origin, Run, RunStatus
 from forkpoint.testing.upstream import ScriptedUpstream
+from tests.builders import exchange
 
 QUESTIONS = [("plain", False), ("stream me please", True)]
 
@@ -124,16 +125,6 @@ def test_a_vcrpy_recording_imports_and_replays_through_the_proxy(
     played = [post(f"{proxy.proxy.url}/v1/chat/completions", chat(q, s)) for q, s in QUESTIONS]
     for (_, stream), live, again in zip(QUESTIONS, seen, played, strict=True):
         assert live == again if stream else json.loads(live) == json.loads(again)
-
-
-def exchange(**fields: object) -> Exchange:
-    defaults: dict[str, object] = dict(
-        run_id="r", step=0, method="POST", route="/v1/chat/completions",
-        request_headers=(("content-type", "application/json"),),
-        request_body=b'{"model":"gpt-4o"}', fingerprint="", status=200,
-        response_headers=(("content-type", "application/json"),), response_body=b'{"ok":1}',
-    )  # fmt: skip
-    return Exchange(**{**defaults, **fields})  # type: ignore[arg-type]
 
 
 def test_binary_bodies_cut_streams_and_refused_requests_survive():

@@ -14,6 +14,7 @@ from forkpoint.engine.dialects import (
     summarize_exchange,
 )
 from forkpoint.models import Chunk, Exchange, Kind, Summary, ToolCall, Usage
+from tests.builders import exchange as build
 
 
 @pytest.mark.parametrize(
@@ -52,9 +53,8 @@ def exchange(
     method: str = "POST",
     status: int = 200,
 ) -> Exchange:
-    return Exchange(
+    return build(
         run_id="01K3Z8Q6V4W9M2N7P5R1T3Y6X8",
-        step=0,
         method=method,
         route=route,
         request_headers=request_headers,
