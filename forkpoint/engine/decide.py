@@ -117,15 +117,17 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
         if (session.fork_step is not None and step >= session.fork_step) or (
             session.mode is Mode.RESUME and session.exhausted
         ):
-            record.step = session.go_live(step)
+            session.go_live(step)
         elif (recorded := session.take(key, before=session.fork_step)) is not None:
             record.origin = Origin.REPLAYED
             session.served[step] = recorded
             return _serve(recorded, record, keep=session.keeps_served)
         elif session.on_divergence is OnDivergence.LIVE:
-            record.step = session.go_live(step)
+            session.go_live(step)
         elif session.on_divergence is not OnDivergence.NEW_EPISODES:
+            record.step = session.written_step(step)
             return _diverge(session, request, record, config)
+    record.step = session.written_step(step)
     return _live(session, request, passed, record, config)
 
 

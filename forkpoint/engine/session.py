@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from forkpoint.engine import matching
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
-from forkpoint.models import Exchange, Mode, Run, Snapshot
+from forkpoint.models import Exchange, Mode, Origin, Run, Snapshot
 
 
 @dataclass(eq=False)
@@ -43,6 +43,7 @@ class Session:
     served: dict[int, Exchange] = field(default_factory=dict)
     _unserved: dict[str, deque[Exchange]] = field(default_factory=dict)
     _left: int = 0
+    _append: int = 0  # a resume's next step to write
 
     @classmethod
     def record(cls, run: Run, *, next_step: int = 0) -> Session:
@@ -81,7 +82,7 @@ class Session:
             run, Mode.FORK, fork_step=min(at, cut), on_divergence=on_divergence,
             change=change, restore_points=restore_points or {},
         )  # fmt: skip
-        session._load(source, config, served=[e for e in source if e.complete])
+        session._load(source, config, served=[e for e in source if _answered(e)])
         return session
 
     @classmethod
@@ -111,6 +112,7 @@ class Session:
     ) -> None:
         """Index what may be served; fingerprints are recomputed under today's config."""
         self.source = list(source)
+        self._append = _after(source)
         self.live = self.fork_step == 0 or (self.mode is Mode.RESUME and not served)
         self._unserved.clear()
         self._left = len(served)
@@ -146,27 +148,41 @@ class Session:
                 self._left -= 1
         return skipped
 
-    def go_live(self, step: int) -> int:
-        """Serve live from now on; the step number the live request gets."""
+    def go_live(self, step: int) -> None:
+        """Serve live from now on; a fork (or a replay that forks itself) records where."""
         self.live = True
         if self.mode is Mode.RESUME:
-            step = self.next_step = max(step, _after(self.source))
-            self.next_step += 1
-            return step
+            return
         if self.fork_step is None or step < self.fork_step:
             self.fork_step = step
         self.run.fork_step = self.fork_step
-        return step
+
+    def written_step(self, step: int) -> int:
+        """The step a new record of request `step` is written under: its own, except in a
+        resume, whose run holds its recorded steps already: it appends after the highest
+        (a crash may have left gaps), and nothing recorded is rewritten."""
+        if self.mode is not Mode.RESUME:
+            return step
+        written = self._append
+        self._append += 1
+        return written
 
 
 def _received(source: Sequence[Exchange]) -> list[Exchange]:
-    """The steps the agent had fully received, up to the first it had not."""
+    """The answers the agent had fully received, up to the first it had not."""
     prefix = []
     for exchange in source:
         if not exchange.complete:
             break
-        prefix.append(exchange)
+        if _answered(exchange):
+            prefix.append(exchange)
     return prefix
+
+
+def _answered(exchange: Exchange) -> bool:
+    """Whether an exchange holds an answer to give again: one that came whole, and not
+    forkpoint's own divergence error (a resume or a fork decides afresh)."""
+    return exchange.complete and exchange.origin is not Origin.DIVERGED
 
 
 def _after(source: Sequence[Exchange]) -> int:

@@ -36,7 +36,9 @@ def test_the_package_exports_its_api_and_version():
         forkpoint.nothing_of_that_name  # noqa: B018
 
 
-def test_the_sync_verbs_work_inside_a_running_event_loop_as_in_a_notebook(upstream, cassette, agent):
+def test_the_sync_verbs_work_inside_a_running_event_loop_as_in_a_notebook(
+    upstream, cassette, agent
+):
     """Jupyter runs cells inside an event loop: asyncio.run() would refuse."""
     options = Options(cassette=cassette, upstream=upstream.url, name="in-a-loop")
 
@@ -97,3 +99,17 @@ def test_a_mock_can_be_a_python_callable(upstream, cassette, agent):
     forked = forkpoint.fork("base", [*agent, "hello"], at=0, change=change, options=options)
     assert forked.exit_code == 0 and seen == ["gpt-4o"]
     assert upstream.request_count == sent  # the mock answered, not the model
+
+
+def test_a_fork_without_an_upstream_goes_where_its_parent_went(start_upstream, cassette, agent):
+    """Found by a user: live steps went to api.openai.com, with the agent's key, although the
+    parent was recorded against a local server."""
+    local = start_upstream()
+    forkpoint.record([*agent, "hello"], Options(cassette=cassette, upstream=local.url, name="p"))
+    sent = local.request_count
+    options = Options(cassette=cassette)  # no upstream named
+    forked = forkpoint.fork("p", [*agent, "hello"], at=0, change=Change(model="gpt-4o-mini"),
+                            options=options)  # fmt: skip
+    assert forked.exit_code == 0 and local.request_count == sent + 1
+    [step] = forkpoint.show(forked.run_id, options).exchanges
+    assert step.upstream == f"{local.url}/v1/chat/completions"

@@ -158,3 +158,48 @@ def test_resuming_a_finished_run_is_a_clear_error(upstream, cassette):
     forkpoint(cassette, "record", "--name", "done", "--upstream", upstream.url)
     result = forkpoint(cassette, "resume", "done", "--upstream", upstream.url)
     assert result.returncode == 2 and "nothing to resume" in result.stderr
+
+
+STREAMING = [sys.executable, str(ROOT / "tests/e2e/agents/streaming_agent.py")]
+
+
+def test_a_run_killed_mid_stream_resumes_sending_the_cut_step_live_again(start_upstream, cassette):
+    """Found by a user: the cut stream was served again, the agent got a connection error and
+    the run stayed `crashed` on every resume."""
+    from forkpoint.testing.upstream import ScriptedUpstream
+
+    upstream = start_upstream(ScriptedUpstream(chunk_delay=0.02))
+    crashed = forkpoint(cassette, "record", "--name", "cut", "--upstream", upstream.url,
+                        env={"CRASH_MID_STREAM": "1"}, agent=STREAMING)  # fmt: skip
+    assert crashed.returncode == 128 + signal.SIGKILL
+    with contextlib.closing(open_store(cassette)) as store:
+        first, cut = store.exchanges(store.find_run("cut").id)
+    assert first.complete and not cut.complete
+    sent = upstream.request_count
+    resumed = forkpoint(cassette, "resume", "cut", "--upstream", upstream.url, agent=STREAMING)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.splitlines() == [f"[gpt-4o] question {i}" for i in range(3)]
+    assert upstream.request_count == sent + 2  # the cut turn again, and the last; not the first
+    with contextlib.closing(open_store(cassette)) as store:
+        run = store.find_run("cut")
+        steps = store.exchanges(run.id)
+    assert run.status is RunStatus.FINISHED
+    assert [(e.step, e.complete) for e in steps] == [(0, True), (1, False), (2, True), (3, True)]
+
+
+def test_a_resume_that_differs_from_its_recording_says_where(upstream, cassette):
+    """Found by a user: an IntegrityError traceback, and the run ended `diverged`."""
+    forkpoint(cassette, "record", "--name", "was", "--upstream", upstream.url,
+              env={"CRASH_AFTER": "2"})  # fmt: skip
+    other = [sys.executable, "-c", (
+        "import openai; openai.OpenAI(max_retries=0).chat.completions.create("
+        "model='gpt-4o', messages=[{'role': 'user', 'content': 'not question 0'}])"
+    )]  # fmt: skip
+    failed = forkpoint(cassette, "resume", "was", "--upstream", upstream.url, agent=other)
+    # the agent's own SDK raises the divergence (its traceback is the agent's); forkpoint logs none
+    assert failed.returncode != 0 and "IntegrityError" not in failed.stderr
+    assert "forkpoint divergence" in failed.stderr
+    assert '"question 0" → "not question 0"' in failed.stderr
+    live = forkpoint(cassette, "resume", "was", "--on-divergence", "live", "--upstream",
+                     upstream.url, agent=other)  # fmt: skip
+    assert live.returncode == 0, live.stderr
