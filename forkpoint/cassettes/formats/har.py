@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
@@ -89,6 +90,18 @@ def _entry(e: Exchange) -> dict[str, Any]:
     }
     if e.chunks is not None:
         extras["chunks"] = [[round(c.offset_ms, 3), len(c.data)] for c in e.chunks]
+    # HAR holds decoded text; where that is not the bytes that crossed the wire, they are kept
+    # beside it, so an import replays them exactly.
+    raw = {
+        side: {"headers": [list(pair) for pair in headers], "body": _b64(body)}
+        for side, headers, body, shown in (
+            ("request", e.request_headers, e.request_body, (request_headers, request_body)),
+            ("response", e.response_headers, e.response_body, (response_headers, response_body)),
+        )
+        if shown != (headers, body) or not _is_utf8(body)
+    }
+    if raw:
+        extras["raw"] = raw
     return {
         "startedDateTime": datetime.fromtimestamp(e.started_at, UTC).isoformat(),
         "time": duration,
@@ -120,6 +133,18 @@ def _content(headers: Headers, body: bytes) -> dict[str, Any]:
     except UnicodeDecodeError:
         content["text"], content["encoding"] = base64.b64encode(body).decode("ascii"), "base64"
     return content
+
+
+def _b64(body: bytes) -> str:
+    return base64.b64encode(body).decode("ascii")
+
+
+def _is_utf8(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _har_headers(headers: Headers) -> list[dict[str, str]]:
@@ -187,7 +212,8 @@ def _parts(entry: Any, routes: Mapping[str, str], path: Where) -> Parts:
         origin = Origin(extras.get("origin", Origin.LIVE))
     except ValueError as error:
         raise Invalid((*xp, "origin"), str(error)) from None
-    return Parts(
+    raw = optional(extras, "raw", dict, xp) or {}
+    parts = Parts(
         method=need(request, "method", str, rq),
         route=optional(extras, "route", str, xp) or route_for(url, routes),
         upstream=None if url.startswith(NO_UPSTREAM) else url,
@@ -208,6 +234,31 @@ def _parts(entry: Any, routes: Mapping[str, str], path: Where) -> Parts:
         ttfb_ms=optional(timings, "wait", (int, float), (*path, "timings")),
         duration_ms=optional(entry, "time", (int, float), path),
     )
+    request, response = (
+        optional(raw, side, dict, (*xp, "raw")) for side in ("request", "response")
+    )
+    if request is not None:
+        headers, body = _raw(request, (*xp, "raw", "request"))
+        parts = replace(parts, request_headers=headers, request_body=body)
+    if response is not None:
+        headers, body = _raw(response, (*xp, "raw", "response"))
+        parts = replace(parts, response_headers=headers, response_body=body)
+    return parts
+
+
+def _raw(kept: dict[str, Any], path: Where) -> tuple[Headers, bytes]:
+    """The headers and body bytes kept beside a side's decoded text."""
+    pairs = []
+    for index, pair in enumerate(need(kept, "headers", list, path)):
+        if not (
+            isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)
+        ):
+            raise Invalid((*path, "headers", index), "a header should be [name, value]")
+        pairs.append((pair[0], pair[1]))
+    try:
+        return tuple(pairs), base64.b64decode(need(kept, "body", str, path), validate=True)
+    except ValueError:
+        raise Invalid((*path, "body"), "invalid base64") from None
 
 
 def _headers(value: Any, path: Where) -> Headers:

@@ -9,15 +9,12 @@ a stream into its chunks.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
-
-import orjson
 
 from forkpoint.engine import matching
 from forkpoint.engine.dialects import summarize_exchange
@@ -131,21 +128,6 @@ def route_for(uri: str, routes: Mapping[str, str]) -> str:
 
 
 # bodies
-
-
-def readable_body(headers: Headers, body: bytes, *, streamed: bool) -> tuple[Headers, bytes]:
-    """The body as a reviewer wants to read it: decompressed and, when JSON, pretty-printed.
-
-    A stream stays byte for byte, since its chunk sizes refer to those bytes. `Content-Length`
-    follows the new body, so a client reading it back reads all of it.
-    """
-    if streamed:
-        return headers, body
-    headers, body = decoded_body(headers, body)
-    if body.lstrip()[:1] in (b"{", b"["):
-        with contextlib.suppress(orjson.JSONDecodeError):  # not JSON after all: as it is
-            body = orjson.dumps(orjson.loads(body), option=orjson.OPT_INDENT_2)
-    return fit_length(headers, body), body
 
 
 def decoded_body(headers: Headers, body: bytes) -> tuple[Headers, bytes]:

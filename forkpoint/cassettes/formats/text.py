@@ -5,8 +5,10 @@ The envelope is vcrpy's (`interactions` of `request` and `response`, `version: 1
 `vcr.use_cassette(path)` plays the file in-process. What only forkpoint needs sits under
 `forkpoint` keys that vcrpy ignores: the run at the top, and per exchange its step, route,
 origin, timings and, for a stream, its chunks as `[offset ms, size in bytes]` over the body.
-JSON bodies are decompressed and pretty-printed as block strings and streams kept as their
-events, so a diff shows what changed. Files recorded by vcrpy itself load too.
+Every body is kept byte for byte, since an agent may hand a tool's raw bytes to its model:
+a JSON body is shown indented only where that loses no byte (`json_forms`: the file names
+how to write it back), streams stay as their events, compressed bodies as `!!binary`. Files
+recorded by vcrpy itself load too.
 
     run, exchanges = read("tests/cassettes/test_agent/test_refund.yaml")
     write(path, run, exchanges)
@@ -23,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from forkpoint.cassettes.formats import json_forms
 from forkpoint.cassettes.formats.interop import (
     NO_UPSTREAM,
     Invalid,
@@ -33,7 +36,6 @@ from forkpoint.cassettes.formats.interop import (
     chunk_sizes,
     need,
     optional,
-    readable_body,
     route_for,
     run_from_json,
     run_to_json,
@@ -108,10 +110,6 @@ def write(path: str | os.PathLike[str], run: Run, exchanges: Sequence[Exchange])
 
 
 def _interaction(e: Exchange) -> dict[str, Any]:
-    request_headers, request_body = readable_body(e.request_headers, e.request_body, streamed=False)
-    response_headers, response_body = readable_body(
-        e.response_headers, e.response_body, streamed=e.streamed
-    )
     extras: dict[str, Any] = {
         "step": e.step,
         "route": e.route,
@@ -123,20 +121,37 @@ def _interaction(e: Exchange) -> dict[str, Any]:
     extras.update(started_at=e.started_at, ttfb_ms=e.ttfb_ms, duration_ms=e.duration_ms)
     if e.chunks is not None:
         extras["chunks"] = [_Flow([round(c.offset_ms, 3), len(c.data)]) for c in e.chunks]
+    request_shown = _shown(e.request_body, extras, "request_json")
+    # A stream stays as its events: its chunk sizes count its bytes.
+    response_shown = (
+        text_or_bytes(e.response_body)
+        if e.streamed
+        else _shown(e.response_body, extras, "response_json")
+    )
     return {
         "request": {
             "method": e.method,
             "uri": uri_for(e),
-            "body": text_or_bytes(request_body) if request_body else None,
-            "headers": _vcr_headers(request_headers),
+            "body": request_shown if e.request_body else None,
+            "headers": _vcr_headers(e.request_headers),
         },
         "response": {
             "status": {"code": e.status, "message": _reason(e.status)},
-            "headers": _vcr_headers(response_headers),
-            "body": {"string": text_or_bytes(response_body)},
+            "headers": _vcr_headers(e.response_headers),
+            "body": {"string": response_shown},
         },
         "forkpoint": extras,
     }
+
+
+def _shown(body: bytes, extras: dict[str, Any], key: str) -> str | bytes:
+    """How a body is written: indented JSON where its form gives back its bytes (noted in
+    `extras[key]`), else text, else `!!binary`."""
+    form = json_forms.exact_form(body)
+    if form is None:
+        return text_or_bytes(body)
+    extras[key] = form
+    return json_forms.pretty(body)
 
 
 def _vcr_headers(headers: Headers) -> dict[str, _Flow]:
@@ -266,10 +281,10 @@ def _exchange(
         route=optional(extras, "route", str, xp) or route_for(uri, routes),
         upstream=None if uri.startswith(NO_UPSTREAM) else uri,
         request_headers=_headers(request.get("headers"), (*rq, "headers")),
-        request_body=as_bytes(request.get("body"), (*rq, "body")),
+        request_body=_body(request.get("body"), extras, "request_json", (*rq, "body")),
         status=optional(status, "code", int, (*rs, "status")),
         response_headers=_headers(response.get("headers"), (*rs, "headers")),
-        response_body=as_bytes(body.get("string"), (*rs, "body")),
+        response_body=_body(body.get("string"), extras, "response_json", (*rs, "body")),
         chunks=chunk_sizes(extras.get("chunks"), (*xp, "chunks")),
         complete=bool(extras.get("complete", True)),
         error=optional(extras, "error", str, xp),
@@ -279,6 +294,17 @@ def _exchange(
         duration_ms=optional(extras, "duration_ms", (int, float), xp),
     )
     return build_exchange(run_id, step, parts, path)
+
+
+def _body(value: Any, extras: dict[str, Any], key: str, path: Where) -> bytes:
+    """A body's bytes: as written, or written back in the JSON form the file names."""
+    form = extras.get(key)
+    if form is None or not isinstance(value, str):
+        return as_bytes(value, path)
+    try:
+        return json_forms.restore(value, str(form))
+    except ValueError as error:
+        raise Invalid(path, f"a body marked {key}={form!r} must be JSON: {error}") from None
 
 
 def _headers(value: Any, path: Where) -> Headers:

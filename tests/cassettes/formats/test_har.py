@@ -42,8 +42,9 @@ def test_a_run_round_trips_with_bodies_decoded():
     assert document["log"]["entries"][1]["request"]["url"].startswith("http://forkpoint.invalid/")
 
     run, (plain, stream) = har.loads(har.dumps(Run(id="r", name="n"), exchanges))
-    assert run.name == "n" and plain.response_body == body
-    assert header(plain.response_headers, "content-encoding") is None
+    # the HAR shows the decoded text, and keeps the bytes that crossed the wire beside it
+    assert run.name == "n" and plain.response_body == exchanges[0].response_body
+    assert header(plain.response_headers, "content-encoding") == "gzip"
     assert plain.route == "/v1/chat/completions?x=1" and plain.started_at == 1_700_000_000.25
     assert stream.chunks == exchanges[1].chunks and stream.upstream is None
     assert stream.origin is Origin.REPLAYED

@@ -78,9 +78,12 @@ def test_a_run_reads_back_as_it_was_written(recorded, store):
             before.started_at,
         )
     plain, stream = loaded
+    # Every byte as it crossed the wire: the gzip body and its headers too (found by a user:
+    # bodies came back pretty-printed, so an agent passing raw tool output diverged).
     assert header(exchanges[0].response_headers, "content-encoding") == "gzip"
-    assert header(plain.response_headers, "content-encoding") is None  # stored decompressed
-    assert header(plain.response_headers, "content-length") == str(len(plain.response_body))
+    assert plain.response_body == exchanges[0].response_body
+    assert plain.response_headers == exchanges[0].response_headers
+    assert [e.request_body for e in loaded] == [e.request_body for e in exchanges]
     assert stream.response_body == exchanges[1].response_body
     assert [(c.offset_ms, c.data) for c in stream.chunks or []] == [
         (round(c.offset_ms, 3), c.data) for c in exchanges[1].chunks or []
@@ -243,3 +246,33 @@ def test_write_leaves_no_temporary_file_and_creates_folders(tmp_path):
 
 def _imported(imported: api.Imported) -> tuple[Run, int]:
     return imported.run, imported.steps
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"order":"A1","items":[{"sku":"x","qty":2}],"note":"caf\xc3\xa9"}',  # httpx, the SDKs
+        b'{"order": "A1", "total": 89.9, "ok": true, "note": "caf\\u00e9"}',  # json.dumps
+        b'{"order" : "A1",\n  "odd":   [1,2]}',  # a server's own spacing: shown as it is
+        b'{"dup": 1, "dup": 2}',  # no serializer gives it back: shown as it is
+        b"\x00\x01 not text",
+    ],
+)
+def test_every_body_reads_back_byte_for_byte_and_json_is_shown_indented_where_safe(body):
+    tool_call = exchange(route="/tools/orders/A1", method="GET", request_body=b"",
+                         response_body=body, response_headers=())  # fmt: skip
+    content = text.dumps(Run(id="r"), [tool_call])
+    _, [loaded] = text.loads(content)
+    assert loaded.response_body == body
+    if body.startswith(b'{"order":"A1"'):
+        assert '\n          "order": "A1",\n' in content  # indented for the reviewer
+
+
+def test_a_hand_edited_indented_body_is_written_back_in_its_form():
+    tool_call = exchange(response_body=b'{"answer":"no"}', response_headers=())
+    content = text.dumps(Run(id="r"), [tool_call]).replace('"answer": "no"', '"answer": "yes"')
+    _, [loaded] = text.loads(content)
+    assert loaded.response_body == b'{"answer":"yes"}'
+    broken = content.replace('"answer": "yes"', '"answer": ')
+    with pytest.raises(CassetteError, match="must be JSON"):
+        text.loads(broken)
