@@ -15,6 +15,7 @@ fixture it imports only the record modes (to check `--forkpoint-record`), never 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,15 +28,21 @@ if TYPE_CHECKING:
 _CALL_PASSED = pytest.StashKey[bool]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+MODES_HELP = (
+    "none (replay only, the default), once (record missing cassettes), new_episodes "
+    "(record what cassettes lack), all (re-record every cassette)."
+)
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("forkpoint", "forkpoint cassettes")
-    group.addoption(
-        "--forkpoint-record",
-        default="none",
-        metavar="MODE",
-        help="none (replay only, the default), once (record missing cassettes), new_episodes "
-        "(record what cassettes lack), all (re-record every cassette).",
-    )
+    group.addoption("--forkpoint-record", default=None, metavar="MODE", help=MODES_HELP)
+    # pytest-recording's users type --record-mode: the same flag works here, unless
+    # pytest-recording itself is installed, which owns it (forkpoint then reads its value).
+    if importlib.util.find_spec("pytest_recording") is None:
+        group.addoption(
+            "--record-mode", default=None, metavar="MODE", help="The same as --forkpoint-record."
+        )
     group.addoption(
         "--forkpoint-upstream",
         default=None,
@@ -54,9 +61,15 @@ def pytest_configure(config: pytest.Config) -> None:
     from forkpoint.testing.record_mode import RecordMode
 
     try:
-        RecordMode.parse(config.getoption("--forkpoint-record"))
+        RecordMode.parse(record_mode(config))
     except ConfigError as error:
         raise pytest.UsageError(str(error)) from None
+
+
+def record_mode(config: pytest.Config) -> str:
+    """--forkpoint-record, else --record-mode (ours or pytest-recording's), else `none`."""
+    chosen = config.getoption("--forkpoint-record") or config.getoption("--record-mode", None)
+    return str(chosen or "none")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -90,7 +103,7 @@ def forkpoint(
                 marker.args if marker else (),
                 marker.kwargs if marker else {},
                 default=default_cassette(Path(node.path), node.name, class_name),
-                record=request.config.getoption("--forkpoint-record"),
+                record=record_mode(request.config),
                 upstream=request.config.getoption("--forkpoint-upstream"),
                 name=node.nodeid,
             )

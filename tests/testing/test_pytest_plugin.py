@@ -91,6 +91,16 @@ def test_record_once_then_replay_offline(inner, tool_upstream):
     assert tool_upstream.request_count == sent
 
 
+def test_pytest_recordings_record_mode_spelling_works_too(inner, tool_upstream):
+    write_test(inner, TICKET)
+    run(inner, "--record-mode=once", upstream=tool_upstream.url).assert_outcomes(passed=1)
+    assert (inner.path / "cassettes" / "test_agent" / "test_ticket.yaml").exists()
+    tool_upstream.stop()
+    run(inner, "--record-mode=none").assert_outcomes(passed=1)
+    bad = run(inner, "--record-mode=sometimes")
+    assert "takes none, once, new_episodes, all" in bad.stderr.str()
+
+
 def test_a_changed_prompt_fails_with_the_divergence_report(inner, tool_upstream):
     write_test(inner, TICKET)
     run(inner, "--forkpoint-record=once", upstream=tool_upstream.url).assert_outcomes(passed=1)
