@@ -25,6 +25,7 @@ from forkpoint.engine.config import (
 )
 from forkpoint.engine.matching import DEFAULT_VOLATILE, MatchConfig
 from forkpoint.engine.pace import Pace
+from forkpoint.engine.redaction import Redaction
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.models import Exchange
 from forkpoint.runtime.intercept import InterceptOptions
@@ -48,6 +49,7 @@ class Options:
     workspace: a directory snapshotted with the run and restored on fork and resume.
     snapshots: when agent state is pulled. intercept: also serve as an HTTPS proxy.
     volatile_fields: JSON paths matching ignores, beside the built-in ones.
+    redact: more names of headers, query parameters and JSON fields to mask as secrets.
     env: the command's environment [default: this process's].
     """
 
@@ -67,6 +69,7 @@ class Options:
     snapshots: SnapshotPolicy = SnapshotPolicy()
     intercept: InterceptOptions | None = None
     volatile_fields: Sequence[str] = ()
+    redact: Sequence[str] = ()
     env: Mapping[str, str] | None = None
 
 
@@ -80,7 +83,10 @@ def engine_config(
     """The engine's config for a verb: `live` says whether any request may go upstream (an
     offline replay has no upstream at all); `recorded`, the run a fork or a resume continues,
     whose upstreams serve whatever the options do not name."""
-    match = MatchConfig(volatile_fields=(*DEFAULT_VOLATILE, *options.volatile_fields))
+    match = MatchConfig(
+        volatile_fields=(*DEFAULT_VOLATILE, *options.volatile_fields),
+        redaction=Redaction(names=frozenset(options.redact)),
+    )
     if not live:
         return EngineConfig(routes=Routes(), match=match)
     given = Routes(options.upstream, dict(options.routes))

@@ -129,7 +129,8 @@ def experiment(
     ctx: click.Context, cassette: str | None, filters: tuple[str, ...], at: str | None,
     spec: dict[str, Any], change: Change, on_divergence: OnDivergence, restore: bool,
     check: str | None, concurrency: int, name: str | None, labels: tuple[str, ...],
-    upstream: str | None, routes: tuple[str, ...], pace: str, as_json: bool,
+    upstream: str | None, routes: tuple[str, ...],
+    redact: tuple[str, ...], pace: str, as_json: bool,
     html_file: Path | None,
 ) -> None:  # fmt: skip
     """Fork each selected run with one change, then tally what changed and what it cost.
@@ -166,6 +167,7 @@ def experiment(
         name=name or spec.get("name"),
     )
     options = api.Options(
+        redact=redact,
         cassette=cassette,
         on_divergence=on_divergence,
         restore=restore,

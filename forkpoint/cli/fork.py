@@ -42,7 +42,8 @@ from forkpoint.runtime.intercept import InterceptOptions
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
 def fork(
-    cassette: str | None, upstream: str | None, routes: tuple[str, ...], run: str,
+    cassette: str | None, upstream: str | None, routes: tuple[str, ...],
+    redact: tuple[str, ...], run: str,
     at: int | None, spec: dict[str, Any], change: Change, on_divergence: OnDivergence,
     restore: bool, name: str | None, labels: tuple[str, ...], pace: str, port: int,
     workspace: str | None, snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None,
@@ -59,6 +60,7 @@ def fork(
     if step is None:
         raise click.UsageError("give the fork step: --at N (or `at` in --spec)")
     options = api.Options(
+        redact=redact,
         cassette=cassette, upstream=upstream,
         routes={**spec.get("route", {}), **parse_routes(routes)},
         name=name or spec.get("name"),

@@ -48,6 +48,14 @@ def port_option(command: Command) -> Command:
 
 
 def upstream_options(command: Command) -> Command:
+    """--upstream, --route, and --redact (what else is secret, wherever it is sent)."""
+    command = click.option(
+        "--redact",
+        multiple=True,
+        metavar="NAME",
+        help="Also mask this header, query parameter or JSON field as a secret (repeatable). "
+        "Credential-looking names are masked already.",
+    )(command)
     command = click.option(
         "--route",
         "routes",

@@ -33,7 +33,8 @@ from forkpoint.runtime.intercept import InterceptOptions
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
 def record(
-    cassette: str | None, upstream: str | None, routes: tuple[str, ...], name: str | None,
+    cassette: str | None, upstream: str | None, routes: tuple[str, ...],
+    redact: tuple[str, ...], name: str | None,
     labels: tuple[str, ...], port: int, read_timeout: float, max_body: int,
     workspace: str | None, snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None,
     cmd: tuple[str, ...],
@@ -47,6 +48,7 @@ def record(
     Example: forkpoint record --name ticket-1 -- python examples/support_agent/agent.py
     """
     options = api.Options(
+        redact=redact,
         cassette=cassette, upstream=upstream, routes=parse_routes(routes), name=name,
         labels=parse_pairs(labels, "--label"), port=port, read_timeout=read_timeout,
         max_body=max_body * 2**20, workspace=workspace, snapshots=snapshot_policy,

@@ -34,7 +34,7 @@ from forkpoint.runtime.intercept import InterceptOptions
 @reports_errors
 def replay(
     cassette: str | None, run: str, pace: str, name: str | None, on_divergence: str | None,
-    upstream: str | None, routes: tuple[str, ...], port: int,
+    upstream: str | None, routes: tuple[str, ...], redact: tuple[str, ...], port: int,
     intercept: InterceptOptions | None, cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run CMD against recorded RUN, offline: no request reaches the network.
@@ -47,6 +47,7 @@ def replay(
     Example: forkpoint replay ticket-1 -- python examples/support_agent/agent.py
     """
     options = api.Options(
+        redact=redact,
         cassette=cassette, pace=Pace.parse(pace), name=name, port=port,
         on_divergence=OnDivergence(on_divergence or "fail"), upstream=upstream,
         routes=parse_routes(routes), intercept=intercept,

@@ -32,7 +32,8 @@ from forkpoint.runtime.intercept import InterceptOptions
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
 def resume(
-    cassette: str | None, upstream: str | None, routes: tuple[str, ...], run: str,
+    cassette: str | None, upstream: str | None, routes: tuple[str, ...],
+    redact: tuple[str, ...], run: str,
     on_divergence: str | None, port: int, workspace: str | None,
     snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None, cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
@@ -46,6 +47,7 @@ def resume(
     Example: forkpoint resume ticket-1 -- python examples/support_agent/agent.py
     """
     options = api.Options(
+        redact=redact,
         cassette=cassette, upstream=upstream, routes=parse_routes(routes), port=port,
         on_divergence=OnDivergence(on_divergence or "fail"), workspace=workspace,
         snapshots=snapshot_policy, intercept=intercept,

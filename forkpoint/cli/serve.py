@@ -29,7 +29,8 @@ from forkpoint.runtime.intercept import InterceptOptions
 @intercept_options(port=8766)
 @reports_errors
 def serve(
-    cassette: str | None, upstream: str | None, routes: tuple[str, ...], host: str, port: int,
+    cassette: str | None, upstream: str | None, routes: tuple[str, ...],
+    redact: tuple[str, ...], host: str, port: int,
     replay_run: str | None, pace: str, read_timeout: float, max_body: int,
     intercept: InterceptOptions | None,
 ) -> None:  # fmt: skip
@@ -41,6 +42,7 @@ def serve(
     Example: forkpoint serve --port 8765  then  OPENAI_BASE_URL=http://127.0.0.1:8765/v1
     """
     options = api.Options(
+        redact=redact,
         cassette=cassette, host=host, port=port, upstream=upstream,
         routes=parse_routes(routes), pace=Pace.parse(pace), read_timeout=read_timeout,
         max_body=max_body * 2**20, intercept=intercept,

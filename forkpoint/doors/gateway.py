@@ -118,7 +118,7 @@ class Gateway:
         ours = Request(request.method, route, decode_headers(request.raw_headers), body)
         action = decide(session, ours, config)
         keep = not isinstance(action, Serve) or action.keep
-        tee = Tee(action.record, started, keep=keep, redact=config.redact_headers)
+        tee = Tee(action.record, started, keep=keep, redaction=config.redaction)
         llm = snapshot_point(action)
         pulls = (
             []
@@ -141,7 +141,7 @@ class Gateway:
                 request.headers.get(RUN_HEADER),
                 route,
             )
-        run_id, route = split_run(request.raw_path, request.headers.get(RUN_HEADER))
+        run_id, route = split_run(_path_of(request.raw_path), request.headers.get(RUN_HEADER))
         return self.config, run_id, route
 
     async def _respond(
@@ -260,6 +260,16 @@ def split_run(raw_path: str, run_header: str | None) -> tuple[str | None, str]:
         run_id, _, rest = raw_path[len(RUN_PREFIX) :].partition("/")
         return run_id, "/" + rest
     return run_header, raw_path
+
+
+def _path_of(target: str) -> str:
+    """The path and query of a request target. An absolute-form target
+    (`GET http://host/path`, as a client sends to a forward proxy) is taken for its path
+    alone: the gateway never goes where a request line says, only where its routes do."""
+    if target.startswith("/"):
+        return target
+    parts = urlsplit(target)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _error(method: str, route: str, status: int, message: str, error_type: str) -> web.Response:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from forkpoint.engine.matching import MatchConfig
-from forkpoint.engine.redaction import CREDENTIAL_HEADERS, CREDENTIAL_QUERY
+from forkpoint.engine.redaction import Redaction
 from forkpoint.models import Exchange
 
 RUN_HEADER = "x-forkpoint-run"
@@ -17,9 +17,7 @@ RUN_HEADER = "x-forkpoint-run"
 INTERCEPT_HEADER = "x-forkpoint-intercept"
 ORIGIN_HEADER = "x-forkpoint-origin"
 # Headers the gateway owns: never forwarded upstream.
-GATEWAY_HEADERS = frozenset(
-    {RUN_HEADER, INTERCEPT_HEADER, ORIGIN_HEADER, "host", "content-length"}
-)
+GATEWAY_HEADERS = frozenset({RUN_HEADER, INTERCEPT_HEADER, ORIGIN_HEADER, "host", "content-length"})
 DIVERGENCE_STATUS = 400
 # The largest request body a front door accepts (it reads a request whole, to match it).
 DEFAULT_MAX_BODY = 256 * 1024 * 1024
@@ -81,8 +79,11 @@ def _join(base: str, route: str) -> str:
 class EngineConfig:
     routes: Routes = Routes()
     match: MatchConfig = MatchConfig()
-    redact_headers: frozenset[str] = CREDENTIAL_HEADERS
-    redact_query: frozenset[str] = CREDENTIAL_QUERY
+
+    @property
+    def redaction(self) -> Redaction:
+        """What is secret: matching masks it too, so it lives with the match settings."""
+        return self.match.redaction
 
 
 class OnDivergence(StrEnum):

@@ -18,7 +18,7 @@ from forkpoint.engine.dialects import GENERIC, dialect_for
 from forkpoint.engine.divergence import Divergence, find_divergence
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 from forkpoint.engine.mocks import MockKind, MockRule, first_match
-from forkpoint.engine.redaction import end_to_end, redact_headers, redact_route
+from forkpoint.engine.redaction import end_to_end
 from forkpoint.engine.session import Session
 from forkpoint.errors import ConfigError
 from forkpoint.models import Exchange, Headers, Mode, Origin, RunStatus, Snapshot
@@ -92,7 +92,8 @@ def snapshot_point(action: Action) -> bool | None:
 def decide(session: Session, request: Request, config: EngineConfig) -> Action:
     step = session.next_step
     session.next_step += 1
-    route = redact_route(request.route, config.redact_query)
+    redaction = config.redaction
+    route = redaction.route(request.route)
     # Matching needs the fingerprint now; a live request's is left to the recorder.
     key = (
         ""
@@ -109,8 +110,9 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
         step=step,
         method=request.method,
         route=route,
-        request_headers=redact_headers(passed, config.redact_headers),
-        request_body=request.body,
+        request_headers=redaction.headers(passed),
+        # secrets masked in what is recorded; the upstream gets the body as sent
+        request_body=redaction.body(request.body, request.headers),
         fingerprint=key,
     )
     if not session.live:
@@ -203,7 +205,7 @@ def _live(
         return _fail(record, 502, message, "forkpoint_no_upstream")
     # The record keeps the body as the agent sent it: that is what a replay or a fork of this
     # run will be asked again; what went upstream is that body with the run's change applied.
-    record.upstream = redact_route(url, config.redact_query)
+    record.upstream = config.redaction.route(url)
     return Forward(url, headers, body, record, llm=dialect is not GENERIC)
 
 

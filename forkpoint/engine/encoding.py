@@ -20,7 +20,7 @@ if sys.version_info >= (3, 14):
 else:
     from backports import zstd
 
-__all__ = ["UndecodableBody", "decode_body", "header"]
+__all__ = ["UndecodableBody", "decode_body", "encode_body", "header"]
 
 
 class UndecodableBody(ValueError):
@@ -128,4 +128,30 @@ _DECODERS: dict[str, Callable[[bytes, bool], bytes]] = {
     "deflate": _deflate,
     "br": _brotli,
     "zstd": _zstd,
+}
+
+
+def encode_body(body: bytes, content_encoding: str | None) -> bytes:
+    """Apply `content_encoding` to a plain body (after a redaction rewrote it); an unknown
+    coding raises UndecodableBody."""
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",")]
+    for coding in [c for c in codings if c and c != "identity"]:
+        encoder = _ENCODERS.get(coding)
+        if encoder is None:
+            raise UndecodableBody(f"unknown content-encoding {coding!r} in {content_encoding!r}")
+        body = encoder(body)
+    return body
+
+
+def _gzip_encode(data: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=zlib.MAX_WBITS | 16)
+    return packer.compress(data) + packer.flush()
+
+
+_ENCODERS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": _gzip_encode,
+    "x-gzip": _gzip_encode,
+    "deflate": zlib.compress,
+    "br": brotli.compress,
+    "zstd": zstd.compress,
 }

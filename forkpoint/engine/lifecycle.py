@@ -25,7 +25,7 @@ from enum import Enum, auto
 
 from forkpoint.engine.encoding import header
 from forkpoint.engine.pace import Pace
-from forkpoint.engine.redaction import CREDENTIAL_HEADERS, REDACTED, end_to_end, redact_headers
+from forkpoint.engine.redaction import DEFAULT, REDACTED, Redaction, end_to_end
 from forkpoint.models import Chunk, Exchange, Headers
 
 # events: what happens to a response
@@ -128,12 +128,12 @@ class Tee:
         started: float,
         *,
         keep: bool = True,
-        redact: frozenset[str] = CREDENTIAL_HEADERS,
+        redaction: Redaction = DEFAULT,
     ):
         self.record = record
         self._started = started
         self._keep = keep
-        self._redact = redact
+        self._redaction = redaction
         self._chunks: list[Chunk] = []
         self._streamed = False
         self._state = _State.WAITING
@@ -171,7 +171,7 @@ class Tee:
         passed = end_to_end(headers)
         record = self.record
         record.status, record.ttfb_ms = status, at
-        record.response_headers = redact_headers(passed, self._redact)
+        record.response_headers = self._redaction.headers(passed)
         self._streamed = is_stream(headers) if streamed is None else streamed
         # A recorded response keeps a masked credential's name: the agent never gets the mask.
         return [SendHead(status, tuple([pair for pair in passed if pair[1] != REDACTED]))]
@@ -180,10 +180,14 @@ class Tee:
         self._state = _State.DONE
         record = self.record
         record.duration_ms = at
-        record.response_body = b"".join([chunk.data for chunk in self._chunks])
-        record.chunks = self._chunks if self._streamed else None
-        if error is not None:
-            record.complete, record.error = False, error
+        body = b"".join([chunk.data for chunk in self._chunks])
+        if self._streamed:  # chunk sizes count the bytes as sent
+            record.response_body, record.chunks = body, self._chunks
+        else:  # a token endpoint's answer is a secret too
+            record.response_body = self._redaction.body(body, record.response_headers)
+            record.chunks = None
+        if error is not None:  # an upstream's error may name a URL with its key in it
+            record.complete, record.error = False, self._redaction.text(error)
         return [Commit(record)] if self._keep else []
 
     def _ms(self, now: float) -> float:

@@ -16,6 +16,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import orjson
 
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
+from forkpoint.engine.redaction import DEFAULT as DEFAULT_REDACTION
+from forkpoint.engine.redaction import Redaction
 from forkpoint.models import Exchange, Headers
 
 # (method, route, parsed JSON body) -> the body to fingerprint
@@ -29,10 +31,13 @@ DEFAULT_VOLATILE = ("prompt_cache_key",)
 
 @dataclass(frozen=True, slots=True)
 class MatchConfig:
-    """`volatile_fields` are dotted paths into JSON bodies; `*` stands for every list item."""
+    """`volatile_fields` are dotted paths into JSON bodies; `*` stands for every list item.
+    `redaction` says which values are secrets: masked before matching, so a replay with
+    another key matches a recording made with this one."""
 
     volatile_fields: tuple[str, ...] = DEFAULT_VOLATILE
     normalizers: tuple[Normalizer, ...] = ()
+    redaction: Redaction = DEFAULT_REDACTION
 
 
 def normalized_route(route: str) -> str:
@@ -54,6 +59,7 @@ def parse_json(body: bytes, content_encoding: str | None = None) -> Any:
 
 
 def normalized_body(method: str, route: str, value: Any, config: MatchConfig) -> Any:
+    value = config.redaction.mask_value(value)
     for path in config.volatile_fields:
         value = _drop(value, path.split("."))
     for normalizer in config.normalizers:
@@ -71,11 +77,15 @@ def fingerprint(
     digest = hashlib.sha256(f"{method.upper()} {normalized_route(route)}\n".encode())
     value = parse_json(body, content_encoding)
     if value is None:
-        digest.update(b"raw:" + body)
+        digest.update(b"raw:" + config.redaction.body(body, _encoded(content_encoding)))
     else:
         value = normalized_body(method, route, value, config)
         digest.update(b"json:" + orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()
+
+
+def _encoded(content_encoding: str | None) -> Headers:
+    return () if content_encoding is None else (("content-encoding", content_encoding),)
 
 
 def fingerprint_of(
@@ -111,7 +121,8 @@ def _drop(value: Any, path: list[str]) -> Any:
 def comparable(
     method: str, route: str, body: bytes, content_encoding: str | None, config: MatchConfig
 ) -> Any:
-    """What matching sees of a body, as a value a diff can show."""
+    """What matching sees of a body, as a value a diff can show (secrets masked)."""
+    body = config.redaction.body(body, _encoded(content_encoding))
     value = parse_json(body, content_encoding)
     if value is None:
         return {"route": normalized_route(route), "body (not JSON)": body[:200].hex()}

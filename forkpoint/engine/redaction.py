@@ -1,28 +1,47 @@
-"""Secrets never reach the cassette: credential headers and query parameters are masked.
+"""Secrets never reach the cassette: credentials in headers, query parameters, URLs' userinfo
+and request or response bodies are masked before anything is written.
 
-Redaction runs before fingerprinting, so a replay without credentials matches a recording
-made with them.
+What is a secret is decided by name, with rules rather than a closed list, since every API
+names its keys its own way (`X-Subscription-Token`, `Ocp-Apim-Subscription-Key`, `?sig=`,
+`"client_secret"`): a name is split into words (`-`, `_`, `.`, camelCase) and is a secret when
+a word says so (token, secret, password, signature, credential…), or it ends in `key` after a
+word that makes it a credential (`api-key`, `x-functions-key`, `subscription-key`). Users name
+more with `Redaction(names=…)` (`--redact NAME`). Body fields are masked only where their
+value is a string, so `max_tokens: 100` stays as it is.
+
+Masking keeps every other byte: a JSON body has only its secret values replaced, in place.
+Matching masks the same fields of the parsed request (`mask_value`), so a replay whose key
+differs from the recording's still matches.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from forkpoint.engine.encoding import UndecodableBody, decode_body, encode_body, header
 from forkpoint.models import Headers
 
 REDACTED = "[redacted]"
-CREDENTIAL_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "x-api-key",
-        "api-key",
-        "x-goog-api-key",
-        "cookie",
-        "set-cookie",
-    }
-)
-CREDENTIAL_QUERY = frozenset({"key", "api_key", "api-key", "access_token"})
+_USERINFO = "%5Bredacted%5D"  # the mask, as a URL's userinfo may hold it
+_SECRET_WORDS = frozenset(
+    {"token", "secret", "password", "passwd", "apikey", "credential", "credentials",
+     "signature", "sig", "auth", "authorization", "cookie"}
+)  # fmt: skip
+# `…-key` is a credential after these words (`x-api-key`, not `idempotency-key`).
+_KEY_WORDS = frozenset(
+    {"api", "access", "secret", "private", "subscription", "functions", "auth", "client",
+     "master", "account", "signing", "license", "admin", "goog"}
+)  # fmt: skip
+_QUERY_NAMES = frozenset({"key", "code", "apikey"})  # `?key=` (Google), `?code=` (Azure)
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+# A JSON member whose value is a string: its name, the separator, the string.
+_MEMBER = re.compile(rb'"((?:[^"\\]|\\.){1,80})"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
+_URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>.,;:)\]]")
+_FORM = re.compile(rb"[\w.~%+\-]+=[^&]*(?:&[\w.~%+\-]+=[^&]*)*")
+_HINTS = (b"token", b"secret", b"passw", b"key", b"credential", b"auth", b"sig", b"cookie")
 # Connection-level headers (RFC 9110 §7.6.1): they describe one hop, never the message.
 HOP_BY_HOP = frozenset(
     {
@@ -39,21 +58,115 @@ HOP_BY_HOP = frozenset(
 )
 
 
-def redact_headers(headers: Headers, names: frozenset[str] = CREDENTIAL_HEADERS) -> Headers:
-    return tuple([(k, REDACTED) if k.lower() in names else (k, v) for k, v in headers])
+def _words(name: str) -> list[str]:
+    return [word.lower() for word in _WORD.findall(name)]
 
 
-def redact_route(route: str, names: frozenset[str] = CREDENTIAL_QUERY) -> str:
-    if "?" not in route:
-        return route
-    parts = urlsplit(route)
-    if not parts.query:
-        return route
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    if not any(k.lower() in names for k, _ in pairs):
-        return route
-    query = urlencode([(k, REDACTED if k.lower() in names else v) for k, v in pairs])
-    return urlunsplit(parts._replace(query=query))
+def secret_name(name: str) -> bool:
+    """Whether a header, query parameter or field named `name` holds a credential."""
+    words = _words(name)
+    if any(word in _SECRET_WORDS for word in words):
+        return True
+    return len(words) > 1 and words[-1] == "key" and any(w in _KEY_WORDS for w in words[:-1])
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    """The built-in rules, plus `names` (any case) a user says are secret too."""
+
+    names: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", frozenset(n.lower() for n in self.names))
+
+    def header(self, name: str) -> bool:
+        return name.lower() in self.names or secret_name(name)
+
+    def query(self, name: str) -> bool:
+        return name.lower() in self.names or name.lower() in _QUERY_NAMES or secret_name(name)
+
+    def field(self, name: str) -> bool:
+        return name.lower() in self.names or secret_name(name)
+
+    def headers(self, headers: Headers) -> Headers:
+        return tuple([(k, REDACTED) if self.header(k) else (k, v) for k, v in headers])
+
+    def route(self, route: str) -> str:
+        """A route or URL with credential query parameters and userinfo masked."""
+        if "?" not in route and "@" not in route:
+            return route
+        parts = urlsplit(route)
+        netloc = parts.netloc
+        if "@" in netloc:  # `https://user:pass@host/…`
+            netloc = f"{_USERINFO}@{netloc.rpartition('@')[2]}"
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            if any(self.query(k) for k, _ in pairs):
+                query = urlencode([(k, REDACTED if self.query(k) else v) for k, v in pairs])
+        if (netloc, query) == (parts.netloc, parts.query):
+            return route
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+    def body(self, body: bytes, headers: Headers) -> bytes:
+        """A body with its secret values masked (JSON members, form fields), every other byte
+        kept; a body that cannot be read is kept as it is."""
+        if not body:
+            return body
+        encoding = header(headers, "content-encoding")
+        try:
+            plain = decode_body(body, encoding) if encoding else body
+        except UndecodableBody:
+            return body
+        lowered = plain[:1_000_000].lower()
+        if not any(hint in lowered for hint in _HINTS) and not any(
+            name.encode() in lowered for name in self.names
+        ):
+            return body
+        content_type = (header(headers, "content-type") or "").lower()
+        if content_type.startswith("application/x-www-form-urlencoded") or (
+            not content_type and _FORM.fullmatch(plain)
+        ):
+            masked = self._form(plain)
+        else:
+            masked = _MEMBER.sub(self._member, plain)
+        if masked == plain:
+            return body
+        return encode_body(masked, encoding) if encoding else masked
+
+    def text(self, text: str) -> str:
+        """A message with the URLs in it masked (an upstream's error names the URL it failed)."""
+        return _URL.sub(lambda match: self.route(match.group(0)), text) if "://" in text else text
+
+    def mask_value(self, value: Any) -> Any:
+        """A parsed JSON value with every secret string member masked, at any depth."""
+        if isinstance(value, dict):
+            return {
+                k: REDACTED if isinstance(v, str) and self.field(k) else self.mask_value(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self.mask_value(item) for item in value]
+        return value
+
+    def _member(self, match: re.Match[bytes]) -> bytes:
+        name = match.group(1).decode("utf-8", errors="replace")
+        if not self.field(name):
+            return match.group(0)
+        return b'"%s"%s"%s"' % (match.group(1), match.group(2), REDACTED.encode())
+
+    def _form(self, body: bytes) -> bytes:
+        try:
+            text = body.decode("ascii")
+        except UnicodeDecodeError:
+            return body
+        pairs = parse_qsl(text, keep_blank_values=True)
+        if not any(self.query(k) for k, _ in pairs):
+            return body
+        return urlencode([(k, REDACTED if self.query(k) else v) for k, v in pairs]).encode()
+
+
+DEFAULT = Redaction()
 
 
 def end_to_end(headers: Headers, *, drop: frozenset[str] = frozenset()) -> Headers:

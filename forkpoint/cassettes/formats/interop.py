@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from forkpoint.engine import matching
 from forkpoint.engine.dialects import summarize_exchange
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
-from forkpoint.engine.redaction import redact_headers, redact_route
+from forkpoint.engine.redaction import DEFAULT as REDACTION
 from forkpoint.models import Chunk, Exchange, Headers, Mode, Origin, Run, RunStatus, new_run_id
 
 # The URI of an exchange that never went upstream (replayed, mocked, refused): a reserved name
@@ -216,30 +216,33 @@ class Parts:
 
 def build_exchange(run_id: str, step: int, parts: Parts, path: Where) -> Exchange:
     """An exchange ready for a store: redacted, fingerprinted, summarized, its stream cut."""
-    route = redact_route(parts.route)
+    route = REDACTION.route(parts.route)
     chunks = _chunks(parts, path)
-    response_headers = redact_headers(parts.response_headers)
-    if chunks is None:
-        response_headers = fit_length(response_headers, parts.response_body)
-    request_headers = redact_headers(parts.request_headers)
+    response_headers = REDACTION.headers(parts.response_headers)
+    response_body = parts.response_body
+    if chunks is None:  # a file from elsewhere may hold secrets in a body too
+        response_body = REDACTION.body(response_body, response_headers)
+        response_headers = fit_length(response_headers, response_body)
+    request_headers = REDACTION.headers(parts.request_headers)
+    request_body = REDACTION.body(parts.request_body, request_headers)
     exchange = Exchange(
         run_id=run_id,
         step=step,
         method=parts.method.upper(),
         route=route,
         request_headers=request_headers,
-        request_body=parts.request_body,
+        request_body=request_body,
         fingerprint=matching.fingerprint(
-            parts.method, route, parts.request_body, header(request_headers, "content-encoding")
+            parts.method, route, request_body, header(request_headers, "content-encoding")
         ),
         status=parts.status,
         response_headers=response_headers,
-        response_body=parts.response_body,
+        response_body=response_body,
         chunks=chunks,
         complete=parts.complete,
         error=parts.error,
         origin=parts.origin,
-        upstream=None if parts.upstream is None else redact_route(parts.upstream),
+        upstream=None if parts.upstream is None else REDACTION.route(parts.upstream),
         started_at=parts.started_at,
         ttfb_ms=parts.ttfb_ms,
         duration_ms=parts.duration_ms,

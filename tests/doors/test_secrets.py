@@ -1,0 +1,201 @@
+"""Secrets planted in every place a request or response can carry one: not a byte of them
+in the cassette, its WAL, an export, the log or `--json` output; replay still matches.
+
+Found by a user: X-Subscription-Token, Ocp-Apim-Subscription-Key, ?apikey=, ?token= and a
+JSON `"api_key"` were stored in clear; and by an attack suite: x-amz-security-token,
+x-auth-token, x-functions-key, apikey, ?sig=, ?X-Amz-Signature=, ?code=, userinfo in the
+request line, and a divergence report copying body and query secrets into the record.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from aiohttp import web
+
+from forkpoint import api
+from forkpoint.engine.redaction import Redaction, secret_name
+from forkpoint.runtime.loop_thread import LoopThread
+from tests.runner import invoke
+
+HEADERS = {
+    "Authorization": "Bearer SECRET-bearer-1",
+    "X-Subscription-Token": "SECRET-brave-2",
+    "Ocp-Apim-Subscription-Key": "SECRET-azure-3",
+    "X-Amz-Security-Token": "SECRET-amz-4",
+    "X-Auth-Token": "SECRET-auth-5",
+    "X-Functions-Key": "SECRET-func-6",
+    "apikey": "SECRET-supabase-7",
+    "Cookie": "session=SECRET-cookie-8",
+    "X-Custom-Thing": "SECRET-custom-9",  # named with --redact
+}
+QUERY = (
+    "apikey=SECRET-q1&token=SECRET-q2&sig=SECRET-q3&X-Amz-Signature=SECRET-q4&code=SECRET-q5"
+    "&key=SECRET-q6&q=refunds"
+)
+BODY = {
+    "api_key": "SECRET-b1",
+    "query": "refunds",
+    "max_tokens": 100,  # not a secret: a number, and `tokens`
+    "auth": {"client_secret": "SECRET-b2", "nested": [{"accessToken": "SECRET-b3"}]},
+}
+
+
+class TokenService:
+    """A tool API that answers with a token of its own, and echoes what it got."""
+
+    def __init__(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app, access_log=None)  # the service may log its secrets
+        self._thread = LoopThread("token-service")
+        self.url = self._thread.call(self._start())
+
+    async def _start(self) -> str:
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def handle(self, request: web.Request) -> web.Response:
+        got = await request.read()
+        return web.json_response(
+            {"access_token": "SECRET-r1", "got": len(got)},
+            headers={"Set-Cookie": "sid=SECRET-r2", "X-Api-Key": "SECRET-r3"},
+        )
+
+    def stop(self) -> None:
+        self._thread.call(self._runner.cleanup())
+        self._thread.close()
+
+
+def send(url: str, path: str, body: dict[str, object], headers: dict[str, str]) -> int:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers={
+            "content-type": "application/json", **headers,
+        })  # fmt: skip
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def tokens():  # type: ignore[no-untyped-def]
+    service = TokenService()
+    yield service
+    service.stop()
+
+
+def test_no_byte_of_any_secret_reaches_the_cassette_its_wal_exports_logs_or_json(
+    start_proxy, store, cassette: Path, tokens, caplog, tmp_path
+):
+    from forkpoint.api.options import Options, engine_config
+
+    config = engine_config(
+        Options(routes={"tools": tokens.url}, redact=("x-custom-thing",)), live=True
+    )
+    from forkpoint.runtime.proxy import ProxyThread
+
+    thread = ProxyThread(store, config)
+    thread.__enter__()
+    run = thread.record(name="secrets").run
+    with caplog.at_level(logging.DEBUG):
+        assert send(thread.proxy.url, f"/tools/search?{QUERY}", BODY, HEADERS) == 200
+        # an absolute-form request line with userinfo in it: its path is the route, its
+        # host is not where it goes
+        assert (
+            send(
+                thread.proxy.url,
+                f"http://user:SECRET-userinfo@evil.example/tools/search?{QUERY}",
+                BODY,
+                HEADERS,
+            )
+            == 200
+        )
+        # a form-encoded token request
+        parts = urlsplit(thread.proxy.url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+        conn.request(
+            "POST", "/tools/oauth/token", body="grant_type=client_credentials&client_secret=SECRET-f1",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )  # fmt: skip
+        conn.getresponse().read()
+        conn.close()
+        thread.proxy.recorder.flush()
+        shown = invoke("show", run.id, "--json", cassette=cassette)
+        exports = [
+            api.export_run(run.id, fmt=fmt, options=api.Options(cassette=cassette))
+            for fmt in ("vcr", "jsonl", "har")
+        ]
+    # a replay whose secrets differ still matches, and its divergence report masks them too
+    replaying = ProxyThread(store, engine_config(Options(redact=("x-custom-thing",)), live=False))
+    replaying.__enter__()
+    replaying.replay(run.id)
+    other = {k: v.replace("SECRET", "OTHER") for k, v in HEADERS.items()}
+    assert send(
+        replaying.proxy.url, f"/tools/search?{QUERY.replace('SECRET', 'OTHER')}",
+        {**BODY, "api_key": "OTHER-b1"}, other,
+    ) == 200  # fmt: skip
+    send(replaying.proxy.url, f"/tools/search?{QUERY}", {**BODY, "query": "other"}, HEADERS)
+    replaying.close()
+    thread.close()
+
+    wal = cassette.with_name(cassette.name + "-wal")
+    places = {
+        "cassette": cassette.read_bytes(),
+        "wal": wal.read_bytes() if wal.exists() else b"",
+        "show --json": shown.output.encode(),
+        "log": caplog.text.encode(),
+        **{f"export {i}": text.encode() for i, text in enumerate(exports)},
+    }
+    stored = store.exchanges(run.id) + [e for r in store.list_runs() for e in store.exchanges(r.id)]
+    places["records"] = repr(stored).encode()
+    for where, content in places.items():
+        assert b"SECRET" not in content, f"a secret in {where}: " + content[
+            content.find(b"SECRET") - 60 : content.find(b"SECRET") + 30
+        ].decode(errors="replace")
+    assert b"refunds" in places["cassette"] or any(b"refunds" in e.request_body for e in stored)
+    assert json.loads(stored[0].request_body)["max_tokens"] == 100
+
+
+@pytest.mark.parametrize(
+    "name, secret",
+    [
+        ("X-Subscription-Token", True), ("Ocp-Apim-Subscription-Key", True),
+        ("x-goog-api-key", True), ("apiKey", True), ("client_secret", True),
+        ("X-Amz-Credential", True), ("x-ratelimit-remaining-tokens", False),
+        ("max_tokens", False), ("prompt_cache_key", False), ("idempotency-key", False),
+        ("content-type", False), ("author", False),
+    ],
+)  # fmt: skip
+def test_credential_names_are_told_from_ordinary_ones(name, secret):
+    assert secret_name(name) is secret
+
+
+def test_a_masked_body_keeps_every_other_byte_and_compressed_bodies_stay_compressed():
+    import gzip
+
+    redaction = Redaction()
+    body = b'{"a" : 1,  "api_key":"sk-1", "note": "api_key \\"sk\\""}'
+    assert (
+        redaction.body(body, ())
+        == b'{"a" : 1,  "api_key":"[redacted]", "note": "api_key \\"sk\\""}'
+    )
+    packed = redaction.body(gzip.compress(body), (("content-encoding", "gzip"),))
+    assert b"sk-1" not in gzip.decompress(packed) and b'"a" : 1' in gzip.decompress(packed)
+    untouched = b'{"q": "x", "max_tokens": 5}'
+    assert redaction.body(untouched, ()) is untouched
+    assert redaction.route("https://me:pw@h.example/v1?apikey=1&q=2") == (
+        "https://%5Bredacted%5D@h.example/v1?apikey=%5Bredacted%5D&q=2"
+    )
+    assert redaction.text("cannot reach upstream http://h/x?token=abc: refused") == (
+        "cannot reach upstream http://h/x?token=%5Bredacted%5D: refused"
+    )
