@@ -132,6 +132,9 @@ class Exchange:
     ttfb_ms: float | None = None
     duration_ms: float | None = None
     summary: Summary | None = None
+    # The model a fork's change put in the request, where the agent asked for another: the
+    # record keeps the agent's body, and a summary with no model in the answer names this one.
+    model_sent: str | None = None
 
     @property
     def streamed(self) -> bool:

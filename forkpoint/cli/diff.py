@@ -8,7 +8,7 @@ import click
 import orjson
 
 from forkpoint import api
-from forkpoint.cli.options import cassette_option, reports_errors
+from forkpoint.cli.options import cassette_option, prices, reports_errors
 
 
 @click.command()
@@ -23,6 +23,7 @@ from forkpoint.cli.options import cassette_option, reports_errors
     help="Also write the diff as a self-contained HTML page to FILE.",
 )
 @click.option("--all-steps", is_flag=True, help="List matching steps too, not folded.")
+@prices
 @reports_errors
 def diff(
     cassette: str | None, a: str, b: str, as_json: bool, html_file: Path | None, all_steps: bool

@@ -17,6 +17,7 @@ from forkpoint.cli.options import (
     pace_option,
     parse_pairs,
     parse_routes,
+    prices,
     reports_errors,
     upstream_options,
 )
@@ -124,6 +125,7 @@ html_option = click.option(
 @json_option
 @html_option
 @click.pass_context
+@prices
 @reports_errors
 def experiment(
     ctx: click.Context, cassette: str | None, filters: tuple[str, ...], at: str | None,
@@ -200,6 +202,7 @@ def experiment(
 @click.argument("name")
 @json_option
 @html_option
+@prices
 @reports_errors
 def show(cassette: str | None, name: str, as_json: bool, html_file: Path | None) -> None:
     """Print experiment NAME again: each run's branch, the tallies, the cost.

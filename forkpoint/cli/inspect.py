@@ -8,7 +8,7 @@ import click
 import orjson
 
 from forkpoint import api
-from forkpoint.cli.options import cassette_option, reports_errors
+from forkpoint.cli.options import cassette_option, prices, reports_errors
 from forkpoint.compare.cost import exchange_cost, run_totals, usd
 from forkpoint.models import Exchange, Run
 
@@ -16,6 +16,7 @@ from forkpoint.models import Exchange, Run
 @click.command()
 @cassette_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
+@prices
 @reports_errors
 def runs(cassette: str | None, as_json: bool) -> None:
     """List the runs in the cassette, oldest first.
@@ -71,6 +72,7 @@ def describe_branch(run: Run) -> str:
 @cassette_option
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="The run and its exchanges as JSON.")
+@prices
 @reports_errors
 def show(cassette: str | None, run: str, as_json: bool) -> None:
     """Show RUN (id, id prefix or name) one line per step.

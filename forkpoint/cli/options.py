@@ -278,6 +278,24 @@ def parse_routes(routes: tuple[str, ...]) -> dict[str, str]:
     return parse_pairs(routes, "--route", shape="NAME=URL")
 
 
+def prices(command: Command) -> Command:
+    """A command that shows costs: once, after its output (never inside a table), it names
+    the models whose cost is unknown."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from forkpoint.compare.cost import PRICES, collect_unpriced
+
+        with collect_unpriced() as models:
+            result = command(*args, **kwargs)
+        if models:
+            named = ", ".join(repr(m) for m in sorted(models))
+            click.echo(f"forkpoint: no price in {PRICES} for {named}: shown as unknown", err=True)
+        return result
+
+    return wrapper
+
+
 def report_run(result: RunResult) -> None:
     """Say how the run ended, on stderr (stdout is CMD's alone), and exit as CMD did: 128 + N
     for a command killed by signal N, as a shell reports it; EXIT_DIVERGED for a command that

@@ -16,7 +16,8 @@ rate). Anthropic cache writes are not kept apart in `Usage`, so they are priced 
 
 Provider: from the dialect (openai_* → openai, anthropic_messages → anthropic); a model that
 provider does not list (a Claude model behind an OpenAI-compatible endpoint) is looked up by its
-name. A model found nowhere costs None, with one logged warning per model, never a silent 0.
+name. A model found nowhere costs None, never a silent 0; `collect_unpriced` gathers such
+models, so the CLI says so once, after its tables.
 
 Only live exchanges are billed. Replayed ones were served from the cassette, mocked and
 diverged ones never reached a provider: they cost 0, and replayed steps are counted apart as the
@@ -27,8 +28,9 @@ errors); a successful one without usage (a stream without usage, a cut stream) c
 from __future__ import annotations
 
 import functools
-import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -40,6 +42,7 @@ from forkpoint.models import Exchange, Kind, Origin, Usage
 __all__ = [
     "PRICES",
     "RunTotals",
+    "collect_unpriced",
     "exchange_cost",
     "price",
     "provider_for",
@@ -52,9 +55,30 @@ PRICES = f"genai-prices {version('genai-prices')}"
 _PROVIDERS = {
     "openai_chat": "openai",
     "openai_responses": "openai",
+    "openai_embeddings": "openai",
+    "openai_completions": "openai",
     "anthropic_messages": "anthropic",
+    "gemini": "google",
 }
-log = logging.getLogger(__name__)
+# The models priced as unknown while `collect_unpriced` runs (a command's tables).
+_UNPRICED: ContextVar[set[str] | None] = ContextVar("forkpoint_unpriced", default=None)
+
+
+@contextmanager
+def collect_unpriced() -> Iterator[set[str]]:
+    """The models whose cost comes out unknown inside the block, to say so once after it."""
+    found: set[str] = set()
+    token = _UNPRICED.set(found)
+    try:
+        yield found
+    finally:
+        _UNPRICED.reset(token)
+
+
+def _unpriced(model: str) -> None:
+    found = _UNPRICED.get()
+    if found is not None:
+        found.add(model)
 
 
 def provider_for(dialect: str) -> str | None:
@@ -65,7 +89,10 @@ def provider_for(dialect: str) -> str | None:
 def price(model: str, usage: Usage, *, provider: str | None, at: float) -> Decimal | None:
     """USD for `usage` of `model` requested at `at` (epoch seconds); None when not priced."""
     found, priced_by = _lookup(provider, model)
-    return _price(priced_by, model, usage, at) if found else None
+    cost = _price(priced_by, model, usage, at) if found else None
+    if cost is None:
+        _unpriced(model)
+    return cost
 
 
 def exchange_cost(exchange: Exchange) -> Decimal | None:
@@ -97,12 +124,6 @@ def _lookup(provider: str | None, model: str) -> tuple[bool, str | None]:
         except LookupError:
             continue
         return True, candidate
-    log.warning(
-        "no price for model %r (provider %s) in %s: its cost is unknown",
-        model,
-        provider or "unknown",
-        PRICES,
-    )
     return False, None
 
 
@@ -122,8 +143,7 @@ def _price(provider: str | None, model: str, usage: Usage, at: float) -> Decimal
         return calc_price(
             counts, model, provider_id=provider, genai_request_timestamp=when
         ).total_price
-    except ValueError as error:  # usage the table cannot split, e.g. more cached than input
-        log.warning("cannot price %s for %r: %s", usage, model, error)
+    except ValueError:  # usage the table cannot split, e.g. more cached than input
         return None
 
 

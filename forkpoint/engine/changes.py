@@ -72,16 +72,26 @@ def _set_anthropic_system(body: dict[str, Any], text: str) -> None:
     body["system"] = text
 
 
+def _set_gemini_system(body: dict[str, Any], text: str) -> None:
+    body["systemInstruction"] = {"parts": [{"text": text}]}
+
+
 _SYSTEM_SETTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
     "openai_chat": _set_chat_system,
     "openai_responses": _set_responses_system,
     "anthropic_messages": _set_anthropic_system,
+    "gemini": _set_gemini_system,
 }
+# Where the model is a body field; Gemini's is in the path (the dialect's `with_model`).
+_MODEL_IN_BODY = frozenset(
+    {"openai_chat", "openai_responses", "anthropic_messages", "openai_embeddings",
+     "openai_completions"}
+)  # fmt: skip
 
 
 def apply(change: Change, dialect: str, body: bytes) -> bytes:
     """The LLM request body with the change applied; other bodies come back untouched."""
-    if dialect not in _SYSTEM_SETTERS or not change.rewrites():
+    if dialect == "generic" or not change.rewrites():
         return body
     try:
         value = orjson.loads(body)
@@ -89,9 +99,9 @@ def apply(change: Change, dialect: str, body: bytes) -> bytes:
         return body
     if not isinstance(value, dict):
         return body
-    if change.model:
+    if change.model and dialect in _MODEL_IN_BODY:
         value["model"] = change.model
-    if change.system_prompt is not None:
+    if change.system_prompt is not None and dialect in _SYSTEM_SETTERS:
         _SYSTEM_SETTERS[dialect](value, change.system_prompt)
     if change.patch:
         try:

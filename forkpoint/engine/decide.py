@@ -134,7 +134,7 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
 
 
 def restore(
-    session: Session, adapter: str, *, moves_agent: bool = True
+    session: Session, adapter: str, *, now: float, moves_agent: bool = True
 ) -> tuple[Snapshot | None, list[Exchange]]:
     """An adapter registered: the snapshot it gets back, if any, and the source steps that
     snapshot stands for (before its step), which a fork records as replayed.
@@ -157,9 +157,15 @@ def restore(
     skipped = session.skip_to(snapshot.step)
     if not session.keeps_served:
         return snapshot, []
+    # They were not served, only stood for: on the clock they took no time, `now`, so the
+    # fork's wall time is its own and not its parent's.
     replayed = [
-        dataclasses.replace(e, run_id=session.run.id, origin=Origin.REPLAYED) for e in skipped
-    ]
+        dataclasses.replace(
+            e, run_id=session.run.id, origin=Origin.REPLAYED, started_at=now, ttfb_ms=0.0,
+            duration_ms=0.0,
+        )
+        for e in skipped
+    ]  # fmt: skip
     return snapshot, replayed
 
 
@@ -188,8 +194,11 @@ def _live(
     dialect = dialect_for(request.method, request.route.partition("?")[0])
     body, headers = request.body, passed
     if dialect is not GENERIC:
-        if change.upstream:
-            url = config.routes.resolve(request.route, default=change.upstream)
+        if change.model or change.upstream:  # Gemini names the model in its path
+            route = (
+                dialect.with_model(request.route, change.model) if change.model else request.route
+            )
+            url = config.routes.resolve(route, default=change.upstream)
         if change.rewrites():
             try:
                 body = changes.apply(change, dialect.name, _plain(request))
@@ -197,6 +206,7 @@ def _live(
                 return _fail(record, 400, f"forkpoint: {error}", "forkpoint_change")
             if body != request.body:
                 headers = tuple((k, v) for k, v in headers if k.lower() != "content-encoding")
+            record.model_sent = change.model
     if url is None:
         message = (
             f"forkpoint has no upstream for {request.route}; "

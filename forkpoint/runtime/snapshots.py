@@ -43,7 +43,9 @@ class Snapshotter:
         `moves_agent` is False for state the agent does not hold itself (a workspace): it is
         restored, but the agent still goes on from wherever its own state says.
         """
-        snapshot, replayed = restore(session, adapter.name, moves_agent=moves_agent)
+        snapshot, replayed = restore(
+            session, adapter.name, now=time.time(), moves_agent=moves_agent
+        )
         if snapshot is not None:
             await adapter.restore(State(snapshot.content_type, snapshot.data))
         for exchange in replayed:  # what the snapshot stands for, recorded as replayed

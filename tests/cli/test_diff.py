@@ -32,7 +32,7 @@ def test_diff_json_and_html(forked, cassette, tmp_path):
     page = tmp_path / "diff.html"
     result = forkpoint(cassette, "diff", "parent", "child", "--json", "--html", str(page))
     assert result.exit_code == 0, result.output
-    document = json.loads(result.output)
+    document = json.loads(result.stdout)
     assert document["schema"] == "forkpoint.diff/1" and document["first_difference"] == FORK_STEP
     assert page.read_text().startswith("<!DOCTYPE html>") and "refund_policy" in page.read_text()
 
@@ -43,7 +43,7 @@ def test_diff_of_an_unknown_run_is_a_clear_error(forked, cassette):
 
 
 def test_runs_and_show_print_tokens_and_cost(forked, cassette):
-    listed = json.loads(forkpoint(cassette, "runs", "--json").output)
+    listed = json.loads(forkpoint(cassette, "runs", "--json").stdout)
     parent, child = listed
     assert {"id", "name", "status", "steps", "fork_step"} <= set(parent)  # kept as they were
     assert parent["totals"]["cost_usd"] > child["totals"]["cost_usd"] > 0
@@ -52,7 +52,7 @@ def test_runs_and_show_print_tokens_and_cost(forked, cassette):
     table = forkpoint(cassette, "runs").output
     assert "cost" in table.splitlines()[0] and "$0.00" in table
 
-    shown = json.loads(forkpoint(cassette, "show", "child", "--json").output)
+    shown = json.loads(forkpoint(cassette, "show", "child", "--json").stdout)
     costs = [e["cost_usd"] for e in shown["exchanges"]]
     assert costs[:FORK_STEP] == [0.0] * FORK_STEP and costs[FORK_STEP] > 0
     assert shown["totals"]["cost_usd"] == pytest.approx(sum(costs))

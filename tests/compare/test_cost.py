@@ -8,7 +8,7 @@ Rates per million tokens, from genai-prices 0.2.3's table (genai_prices/data.py)
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import time
 from decimal import Decimal
 
@@ -16,6 +16,7 @@ import pytest
 
 from forkpoint.compare.cost import (
     PRICES,
+    collect_unpriced,
     exchange_cost,
     price,
     provider_for,
@@ -86,12 +87,27 @@ def test_providers_come_from_the_dialect():
     assert provider_for("generic") is None
 
 
-def test_an_unknown_model_costs_none_with_one_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="forkpoint.compare.cost"):
+def test_an_unknown_model_costs_none_and_is_named_once_after_the_output():
+    with collect_unpriced() as models:
         costs = [exchange_cost(llm(step, model="house-model-warned")) for step in range(3)]
-    assert costs == [None, None, None]
-    warnings = [r for r in caplog.records if "house-model-warned" in r.getMessage()]
-    assert len(warnings) == 1 and PRICES in warnings[0].getMessage()
+        exchange_cost(llm(model="gpt-4o"))
+    assert costs == [None, None, None] and models == {"house-model-warned"}
+
+
+def test_a_command_names_its_unpriced_models_once_on_stderr_not_in_its_table(tmp_path):
+    from forkpoint.cassettes.sqlite import SqliteStore
+    from forkpoint.models import Run
+    from tests.runner import invoke
+
+    store = SqliteStore(tmp_path / "c.db")
+    store.create_run(Run("r1", name="house"))
+    store.add_exchanges(
+        [dataclasses.replace(llm(step, model="house-model-table"), run_id="r1") for step in range(3)]
+    )
+    store.close()
+    shown = invoke("show", "house", cassette=tmp_path / "c.db")
+    assert shown.stderr.count("house-model-table") == 1 and PRICES in shown.stderr
+    assert "no price" not in shown.stdout and "unknown" in shown.stderr
 
 
 def test_only_live_calls_cost_something():

@@ -85,6 +85,12 @@ def test_the_model_and_system_prompt_are_rewritten_only_from_the_fork_on():
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     # the child records what the agent sent, so a replay or a fork of the child matches it
     assert live.record.request_body == chat("b")
+    # …and its summary names the model sent, even when the answer names none (an error)
+    from forkpoint.engine.dialects import summarize_exchange
+
+    live.record.status, live.record.response_body = 400, b'{"error": {"message": "no"}}'
+    assert live.record.model_sent == "gpt-5-nano"
+    assert summarize_exchange(live.record).model == "gpt-5-nano"
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,9 @@ def test_new_episodes_sends_a_miss_live_alone_and_goes_on_replaying():
     assert isinstance(served, Serve) and session.served[2] is source[1]
 
 
+NOW = 1_900_000_000.0
+
+
 def snapshot(step: int, adapter: str = "agent") -> Snapshot:
     return Snapshot("rec", step, adapter, "application/json", b"{}")
 
@@ -85,13 +88,16 @@ def test_restore_moves_the_agent_to_its_snapshot_and_records_what_it_stands_for(
         Run("child", mode=Mode.FORK), source, CONFIG, at=3,
         restore_points={"agent": snapshot(2), "workspace": snapshot(2, "workspace")},
     )  # fmt: skip
-    files, moved = restore(session, "workspace", moves_agent=False)
+    files, moved = restore(session, "workspace", now=NOW, moves_agent=False)
     assert files is not None and moved == [] and session.next_step == 0
-    restored, replayed = restore(session, "agent")
+    restored, replayed = restore(session, "agent", now=NOW)
     assert restored is not None and restored.step == 2
     assert [(e.step, e.run_id, e.origin) for e in replayed] == [
         (0, "child", Origin.REPLAYED), (1, "child", Origin.REPLAYED),
     ]  # fmt: skip
+    # stood for, not served: no time of the parent's counts in the fork's wall time (found by
+    # a user: a 5 s fork showed 12 s, later 250 s)
+    assert {(e.started_at, e.duration_ms) for e in replayed} == {(NOW, 0.0)}
     assert isinstance(ask(session, "c"), Serve)  # it goes on from step 2
 
 
@@ -101,7 +107,7 @@ def test_an_agent_that_already_asked_starts_fresh_and_a_resume_records_nothing_a
         Run("child", mode=Mode.FORK), source, CONFIG, at=2, restore_points={"agent": snapshot(1)}
     )
     ask(fresh, "a")
-    assert restore(fresh, "agent") == (None, [])
+    assert restore(fresh, "agent", now=NOW) == (None, [])
     resumed = Session.resume(Run("rec"), source, CONFIG, restore_points={"agent": snapshot(1)})
-    restored, replayed = restore(resumed, "agent")
+    restored, replayed = restore(resumed, "agent", now=NOW)
     assert restored is not None and replayed == []

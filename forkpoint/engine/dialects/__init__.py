@@ -13,8 +13,11 @@ from urllib.parse import urlsplit
 
 from forkpoint.engine.dialects import _read
 from forkpoint.engine.dialects.anthropic_messages import AnthropicMessages
+from forkpoint.engine.dialects.gemini import Gemini
 from forkpoint.engine.dialects.generic import Generic
 from forkpoint.engine.dialects.openai_chat import OpenAIChat
+from forkpoint.engine.dialects.openai_completions import OpenAICompletions
+from forkpoint.engine.dialects.openai_embeddings import OpenAIEmbeddings
 from forkpoint.engine.dialects.openai_responses import OpenAIResponses
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 from forkpoint.models import Exchange, Headers, Summary
@@ -24,8 +27,11 @@ __all__ = [
     "GENERIC",
     "AnthropicMessages",
     "Dialect",
+    "Gemini",
     "Generic",
     "OpenAIChat",
+    "OpenAICompletions",
+    "OpenAIEmbeddings",
     "OpenAIResponses",
     "dialect_for",
     "summarize_exchange",
@@ -56,9 +62,17 @@ class Dialect(Protocol):
         """Headers and body of an error the API's SDK raises with `message` in its text."""
         ...
 
+    def with_model(self, route: str, model: str) -> str:
+        """The route of the same request for another model: unchanged where the model is in
+        the body (a change rewrites it there), rewritten where it is in the path (Gemini)."""
+        ...
+
 
 GENERIC: Dialect = Generic()
-DIALECTS: tuple[Dialect, ...] = (OpenAIChat(), OpenAIResponses(), AnthropicMessages())
+DIALECTS: tuple[Dialect, ...] = (
+    OpenAIChat(), OpenAIResponses(), AnthropicMessages(), Gemini(), OpenAIEmbeddings(),
+    OpenAICompletions(),
+)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)  # an agent calls a handful of endpoints, over and over
@@ -75,8 +89,11 @@ def summarize_exchange(exchange: Exchange) -> Summary:
     """
     dialect = dialect_for(exchange.method, urlsplit(exchange.route).path)
     request_body = _decoded(exchange.request_body, exchange.request_headers)
+    request_json = _read.loads(request_body) if request_body else None
+    if exchange.model_sent and isinstance(request_json, dict):
+        request_json = {**request_json, "model": exchange.model_sent}
     return dialect.summarize(
-        _read.loads(request_body) if request_body else None,
+        request_json,
         _decoded(exchange.response_body, exchange.response_headers),
         streamed=exchange.streamed,
         status=exchange.status,

@@ -54,3 +54,6 @@ class LlmDialect(ABC):
         self, status: int, message: str, *, error_type: str
     ) -> tuple[Headers, bytes]:
         return openai_error(message, error_type=error_type)
+
+    def with_model(self, route: str, model: str) -> str:
+        return route

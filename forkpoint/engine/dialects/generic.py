@@ -33,3 +33,6 @@ class Generic:
     ) -> tuple[Headers, bytes]:
         """OpenAI's error shape: a common choice for JSON APIs, and readable by any client."""
         return openai_error(message, error_type=error_type)
+
+    def with_model(self, route: str, model: str) -> str:
+        return route

@@ -28,7 +28,12 @@ from tests.builders import exchange as build
         ("POST", "/v1/messages/count_tokens", "generic"),
         ("POST", "/v1/messages/batches", "generic"),
         ("GET", "/v1/models", "generic"),
-        ("POST", "/v1/embeddings", "generic"),
+        ("POST", "/v1/embeddings", "openai_embeddings"),
+        ("POST", "/v1/completions", "openai_completions"),
+        ("POST", "/v1beta/models/gemini-2.0-flash:generateContent", "gemini"),
+        ("POST", "/v1beta/models/gemini-2.0-flash:streamGenerateContent", "gemini"),
+        ("POST", "/v1/projects/p/locations/l/publishers/google/models/gemini-2.5-pro:generateContent", "gemini"),
+        ("GET", "/v1beta/models/gemini-2.0-flash", "generic"),
         ("POST", "/api/search", "generic"),
     ],
 )
@@ -37,9 +42,12 @@ def test_dialect_for(method: str, path: str, name: str) -> None:
 
 
 def test_registry_names() -> None:
-    assert [d.name for d in DIALECTS] == ["openai_chat", "openai_responses", "anthropic_messages"]
+    assert [d.name for d in DIALECTS] == [
+        "openai_chat", "openai_responses", "anthropic_messages", "gemini", "openai_embeddings",
+        "openai_completions",
+    ]  # fmt: skip
     dialects: list[Dialect] = [*DIALECTS, GENERIC]  # each satisfies the protocol
-    assert len({d.name for d in dialects}) == 4
+    assert len({d.name for d in dialects}) == 7
 
 
 def exchange(
