@@ -67,8 +67,12 @@ def _serve(state: AgentState) -> ThreadingHTTPServer:
         def do_GET(self) -> None:
             if self.path != "/state":
                 return self.send_error(404)
-            with lock:
-                body = json.dumps(state).encode()
+            try:
+                with lock:
+                    body = json.dumps(state).encode()
+            except (TypeError, ValueError) as error:  # the proxy records why, not a reset
+                message = f"the agent's state is not JSON: {error}"
+                return self._reply(500, json.dumps({"error": message}).encode())
             self._reply(200, body)
 
         def do_PUT(self) -> None:

@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import json
+
 import aiohttp
 
 from forkpoint.adapters.protocol import State
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+class AdapterError(Exception):
+    """An agent's state endpoint answered with an error."""
+
+
+def _reason(body: bytes) -> str:
+    """An error body's message: `{"error": …}` as the agent helper sends it, else its text."""
+    text = body[:500].decode("utf-8", errors="replace").strip()
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return text or "(no body)"
+    return str(found.get("error", text)) if isinstance(found, dict) else text
 
 
 class HttpAdapter:
@@ -19,8 +35,9 @@ class HttpAdapter:
 
     async def pull(self) -> State:
         async with self._session.get(self.url) as response:
-            response.raise_for_status()
             data = await response.read()
+            if response.status >= 400:  # say what the agent said, not only its status
+                raise AdapterError(f"{response.status} from {self.url}: {_reason(data)}")
             return State(response.headers.get("Content-Type", DEFAULT_CONTENT_TYPE), data)
 
     async def restore(self, state: State) -> None:

@@ -6,12 +6,13 @@ page and the demo say the same thing.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -221,6 +222,16 @@ def short_label(run: Run) -> str:
     return run.name or run.id
 
 
+def distinct_tails(labels: list[str], *, keep: int = 4) -> list[str]:
+    """Labels with the long prefix they all share elided (`…` and its last `keep` characters
+    kept), so what tells them apart is what a narrow table shows."""
+    common = os.path.commonprefix(labels) if len(labels) > 1 else ""  # noqa: RUF071 (by character)
+    if len(common) <= keep + 8 or any(len(label) == len(common) for label in labels):
+        return labels
+    cut = len(common) - keep
+    return ["…" + label[cut:] for label in labels]
+
+
 def check_text(result: CheckResult | None) -> str:
     if result is None:
         return "-"
@@ -242,7 +253,7 @@ def experiment_renderable(experiment: Experiment) -> RenderableType:
     """Headline, one row per run, the verdicts, then why any fork failed."""
     parts: list[RenderableType] = [
         Text(headline(experiment), style="bold"),
-        _runs_table(experiment),
+        _RunsTable(experiment),
     ]
     verdicts = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
     for topic, sentence in verdict_rows(experiment):
@@ -265,29 +276,55 @@ def experiment_renderable(experiment: Experiment) -> RenderableType:
     return Group(*parts)
 
 
-def _runs_table(experiment: Experiment) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    checked = experiment.spec.get("check") is not None
-    for name in ("#", "run", "at", "tools", "answer", *(["check"] if checked else [])):
-        table.add_column(name, justify="right" if name in ("#", "at") else "left")
-    for name in ("parent cost", "branch cost", "Δ cost", "Δ tokens"):
-        table.add_column(name, justify="right", no_wrap=True)
-    for b in experiment.branches:
-        run = Text(short_label(b.source))
-        if not b.ok:
-            run.append(f" {b.run.status if b.run else 'not forked'}", style="red")
-        row: list[str | Text] = [
-            str(b.seq + 1),
-            run,
-            "-" if b.at is None else str(b.at),
-            _changed(b.behaviour_changed),
-            _changed(b.answer_changed),
+class _RunsTable:
+    """One line per run, whatever the terminal's width: every column keeps its width but the
+    run's, which takes what is left, and whose labels lose what they all share first (found
+    by a user: at 80 columns every name was cut to the same prefix and cells wrapped over
+    three lines)."""
+
+    def __init__(self, experiment: Experiment):
+        checked = experiment.spec.get("check") is not None
+        self.headers = ["#", "run", "at", "tools", "answer", *(["check"] if checked else [])]
+        self.headers += ["parent $", "branch $", "Δ $", "Δ tokens"]
+        labels = distinct_tails([short_label(b.source) for b in experiment.branches])
+        self.rows: list[list[str | Text]] = []
+        for b, label in zip(experiment.branches, labels, strict=True):
+            run = Text(label)
+            if not b.ok:
+                run.append(f" {b.run.status if b.run else 'not forked'}", style="red")
+            row: list[str | Text] = [
+                str(b.seq + 1),
+                run,
+                "-" if b.at is None else str(b.at),
+                _changed(b.behaviour_changed),
+                _changed(b.answer_changed),
+            ]
+            if checked:
+                row.append(f"{check_text(b.parent_check)} → {check_text(b.check)}")
+            row.extend(_cost_cells(b))
+            self.rows.append(row)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        widths = [
+            max([len(name), *(len(str(row[i])) for row in self.rows)])
+            for i, name in enumerate(self.headers)
         ]
-        if checked:
-            row.append(f"{check_text(b.parent_check)} → {check_text(b.check)}")
-        row.extend(_cost_cells(b))
-        table.add_row(*row)
-    return table
+        others = sum(w for name, w in zip(self.headers, widths, strict=True) if name != "run")
+        run_width = max(8, options.max_width - others - (len(self.headers) - 1))
+        table = Table(
+            box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0
+        )
+        for name, width in zip(self.headers, widths, strict=True):
+            if name == "run":
+                table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=run_width)
+            else:
+                justify: Literal["left", "right"] = (
+                    "left" if name in ("tools", "answer", "check") else "right"
+                )
+                table.add_column(name, justify=justify, no_wrap=True, min_width=width)
+        for row in self.rows:
+            table.add_row(*row)
+        yield table
 
 
 def _cost_cells(branch: Branch) -> list[str]:

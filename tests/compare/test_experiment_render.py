@@ -8,6 +8,7 @@ never forked.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from decimal import Decimal
 from pathlib import Path
@@ -192,3 +193,22 @@ def test_the_terminal_report(experiment):
     assert "3  t-3 (p3): crashed: command exited with 1\n  | boom" in text
     assert "4  t-4 (p4): run p4 has no label 'ticket'" in text
     assert f"prices: {PRICES}" in text
+
+
+def test_at_80_columns_each_run_keeps_one_line_and_a_name_of_its_own(tmp_path):
+    experiment = build(tmp_path / "c.db")
+    long = [
+        dataclasses.replace(b, source=dataclasses.replace(
+            b.source, name=f"support-ticket-refund-request-nightly-batch-A100{i}"))
+        for i, b in enumerate(experiment.branches, start=1)
+    ]  # fmt: skip
+    out = io.StringIO()
+    print_experiment(dataclasses.replace(experiment, branches=tuple(long)),
+                     Console(file=out, width=80, highlight=False))  # fmt: skip
+    lines = out.getvalue().splitlines()
+    rule = next(i for i, line in enumerate(lines) if line.startswith("───"))
+    rows = lines[rule + 1 : rule + 5]
+    assert lines[rule + 5].startswith("forked")  # one line per run, no more
+    for i, row in enumerate(rows, start=1):
+        assert row.startswith(f"{i} ") and f"A100{i}" in row and len(row) <= 80
+    assert "Δ tokens" in lines[rule - 1]  # every column is there

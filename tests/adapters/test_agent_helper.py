@@ -1,0 +1,36 @@
+"""The agent helper (`attach`) as an agent uses it, under a real proxy."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from forkpoint import Options, record
+
+AGENT = r"""
+import json, os, urllib.request
+from forkpoint.adapters.agent import attach
+state = attach(default={"seen": []})
+state["seen"] = {"a set", "is not JSON"}
+body = json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                                 body.encode(), {"content-type": "application/json"})
+urllib.request.urlopen(request).read()
+"""
+
+
+def test_a_state_that_is_not_json_is_a_failed_snapshot_that_says_why(
+    upstream, cassette, tmp_path: Path
+):
+    """Found by a user: the snapshot said only "ServerDisconnectedError"."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    result = record([sys.executable, str(agent)], Options(cassette=cassette, upstream=upstream.url))
+    assert result.exit_code == 0
+    from forkpoint import snapshots
+
+    [snapshot] = snapshots(result.run_id, Options(cassette=cassette)).snapshots
+    assert not snapshot.ok
+    assert "not JSON" in (snapshot.error or "") and "set is not JSON serializable" in (
+        snapshot.error or ""
+    )
