@@ -81,7 +81,7 @@ def test_record_once_then_replay_offline(inner, tool_upstream):
     run(inner, "--forkpoint-record=once", upstream=tool_upstream.url).assert_outcomes(passed=1)
     cassette = inner.path / "cassettes" / "test_agent" / "test_ticket.yaml"
     content = cassette.read_text()
-    assert "sk-plugin-secret" not in content and "[redacted]" in content
+    assert "sk-plugin-secret" not in content and "authorization" not in content.lower()
     assert '    body: |-\n      {\n        "model": "gpt-4o",\n' in content  # pretty-printed JSON
     sent = tool_upstream.request_count
     assert sent == 2
@@ -97,8 +97,9 @@ def test_pytest_recordings_record_mode_spelling_works_too(inner, tool_upstream):
     assert (inner.path / "cassettes" / "test_agent" / "test_ticket.yaml").exists()
     tool_upstream.stop()
     run(inner, "--record-mode=none").assert_outcomes(passed=1)
-    bad = run(inner, "--record-mode=sometimes")
-    assert "takes none, once, new_episodes, all" in bad.stderr.str()
+    bad = run(inner, "--record-mode=sometimes").stderr.str()
+    # ours, or pytest-recording's own check where it is installed and owns the flag
+    assert "takes none, once, new_episodes, all" in bad or "invalid choice: 'sometimes'" in bad
 
 
 def test_a_changed_prompt_fails_with_the_divergence_report(inner, tool_upstream):

@@ -42,8 +42,25 @@ def exact_form(body: bytes) -> str | None:
 
 
 def pretty(body: bytes) -> str:
-    """The body indented for reading (call only for a body `exact_form` recognized)."""
-    return json.dumps(json.loads(body), indent=2, ensure_ascii=False)
+    """The body laid out for reading (call only for a body `exact_form` recognized): a member
+    of the top object per line, and a list's items one per line (a conversation shows one
+    message a line, so a review's diff names the message that changed), the rest compact."""
+    value = json.loads(body)
+    if not isinstance(value, dict) or not value:
+        return _compact(value)
+    lines = []
+    for index, (key, member) in enumerate(value.items()):
+        comma = "," if index < len(value) - 1 else ""
+        if isinstance(member, list) and member:
+            items = ",\n".join(f"    {_compact(item)}" for item in member)
+            lines.append(f"  {_compact(key)}: [\n{items}\n  ]{comma}")
+        else:
+            lines.append(f"  {_compact(key)}: {_compact(member)}{comma}")
+    return "{\n" + "\n".join(lines) + "\n}"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
 def restore(shown: str, form: str) -> bytes:

@@ -42,6 +42,7 @@ from forkpoint.cassettes.formats.interop import (
     text_or_bytes,
     uri_for,
 )
+from forkpoint.engine.redaction import REDACTED
 from forkpoint.errors import CassetteError, SchemaVersionError
 from forkpoint.models import Exchange, Headers, Origin, Run
 
@@ -49,10 +50,6 @@ __all__ = ["FORMAT_VERSION", "dumps", "loads", "read", "write"]
 
 FORMAT_VERSION = 1  # forkpoint's extras; bumped when an older forkpoint would misread a file
 VCR_VERSION = 1  # vcrpy's envelope
-HEADER = (
-    "# forkpoint cassette: one run, playable by vcrpy. Edit bodies freely; after editing a\n"
-    "# stream's body, fix or delete its `chunks` sizes. Re-record: --forkpoint-record=all\n"
-)
 
 # libyaml when PyYAML has it: parsing a 100-exchange cassette is then a few milliseconds.
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -67,6 +64,10 @@ class _Flow(list):  # type: ignore[type-arg]
     """A list written on one line: a chunk's `[offset, size]`, a header's values."""
 
 
+class _FlowMap(dict):  # type: ignore[type-arg]
+    """A mapping written on one line: an exchange's extras, a status."""
+
+
 def _represent_str(dumper: Any, value: str) -> Any:
     # Multi-line text (pretty JSON, SSE events) as a block: one line in the file per line.
     style = "|" if "\n" in value else None
@@ -77,8 +78,13 @@ def _represent_flow(dumper: Any, value: _Flow) -> Any:
     return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True)
 
 
+def _represent_flow_map(dumper: Any, value: _FlowMap) -> Any:
+    return dumper.represent_mapping("tag:yaml.org,2002:map", value.items(), flow_style=True)
+
+
 _Dumper.add_representer(str, _represent_str)
 _Dumper.add_representer(_Flow, _represent_flow)
+_Dumper.add_representer(_FlowMap, _represent_flow_map)
 
 
 # writing
@@ -86,14 +92,14 @@ _Dumper.add_representer(_Flow, _represent_flow)
 
 def dumps(run: Run, exchanges: Sequence[Exchange]) -> str:
     document = {
-        "forkpoint": {"format_version": FORMAT_VERSION, "run": run_to_json(run)},
+        "forkpoint": {"format_version": FORMAT_VERSION, "run": _run(run)},
         "interactions": [_interaction(e) for e in exchanges],
         "version": VCR_VERSION,
     }
     text = yaml.dump(
         document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100, indent=2
     )
-    return HEADER + text
+    return text
 
 
 def write(path: str | os.PathLike[str], run: Run, exchanges: Sequence[Exchange]) -> None:
@@ -110,38 +116,62 @@ def write(path: str | os.PathLike[str], run: Run, exchanges: Sequence[Exchange])
 
 
 def _interaction(e: Exchange) -> dict[str, Any]:
-    extras: dict[str, Any] = {
-        "step": e.step,
-        "route": e.route,
-        "origin": e.origin.value,
-        "complete": e.complete,
-    }
+    """vcrpy's request and response, and forkpoint's extras: the route (one upstream may
+    serve several), and what differs from what a reader assumes (a live, complete exchange),
+    so a cassette is no larger than it needs to be."""
+    uri = uri_for(e)
+    extras: dict[str, Any] = {"step": e.step, "route": e.route}
+    if e.origin is not Origin.LIVE:
+        extras["origin"] = e.origin.value
+    if not e.complete:
+        extras["complete"] = False
     if e.error is not None:
         extras["error"] = e.error
     extras.update(started_at=e.started_at, ttfb_ms=e.ttfb_ms, duration_ms=e.duration_ms)
     if e.chunks is not None:
         extras["chunks"] = [_Flow([round(c.offset_ms, 3), len(c.data)]) for c in e.chunks]
+    # The request is what a reviewer reads (the prompt, the conversation): indented where that
+    # changes no byte. An answer is kept as it came, on one line, as vcrpy keeps it.
     request_shown = _shown(e.request_body, extras, "request_json")
-    # A stream stays as its events: its chunk sizes count its bytes.
-    response_shown = (
-        text_or_bytes(e.response_body)
-        if e.streamed
-        else _shown(e.response_body, extras, "response_json")
-    )
     return {
         "request": {
             "method": e.method,
-            "uri": uri_for(e),
+            "uri": uri,
             "body": request_shown if e.request_body else None,
-            "headers": _vcr_headers(e.request_headers),
+            # a masked credential says nothing a replay needs: left out, as vcrpy filters it
+            "headers": _vcr_headers(tuple(p for p in e.request_headers if p[1] != REDACTED)),
         },
         "response": {
-            "status": {"code": e.status, "message": _reason(e.status)},
+            "status": _FlowMap(code=e.status, message=_reason(e.status)),
             "headers": _vcr_headers(e.response_headers),
-            "body": {"string": response_shown},
+            "body": {"string": text_or_bytes(e.response_body)},
         },
-        "forkpoint": extras,
+        # on one line, but a stream's chunks stay one to a line, for whoever edits its body
+        "forkpoint": _set(extras) if e.chunks is not None else _FlowMap(_set(extras)),
     }
+
+
+def _set(values: dict[str, Any]) -> dict[str, Any]:
+    """The entries a reader does not default: no None, no empty label set."""
+    return {k: v for k, v in values.items() if v is not None and v != {}}
+
+
+def _run(run: Run) -> dict[str, Any]:
+    """The run, less what a reader defaults to (a finished recording)."""
+    values = _set(run_to_json(run))
+    if values["status"] == "finished":
+        del values["status"]
+    if values["mode"] == "record":
+        del values["mode"]
+    for key in ("created_at", "ended_at"):
+        if key in values:
+            values[key] = _ms(values[key])
+    return values
+
+
+def _ms(timestamp: float) -> float:
+    """A time to the millisecond: the file's own precision."""
+    return round(timestamp, 3)
 
 
 def _shown(body: bytes, extras: dict[str, Any], key: str) -> str | bytes:

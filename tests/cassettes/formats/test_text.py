@@ -259,20 +259,20 @@ def _imported(imported: api.Imported) -> tuple[Run, int]:
     ],
 )
 def test_every_body_reads_back_byte_for_byte_and_json_is_shown_indented_where_safe(body):
-    tool_call = exchange(route="/tools/orders/A1", method="GET", request_body=b"",
-                         response_body=body, response_headers=())  # fmt: skip
+    tool_call = exchange(route="/tools/orders", request_body=body, response_body=body,
+                         request_headers=(), response_headers=())  # fmt: skip
     content = text.dumps(Run(id="r"), [tool_call])
     _, [loaded] = text.loads(content)
-    assert loaded.response_body == body
-    if body.startswith(b'{"order":"A1"'):
-        assert '\n          "order": "A1",\n' in content  # indented for the reviewer
+    assert (loaded.request_body, loaded.response_body) == (body, body)
+    if body.startswith(b'{"order":"A1"'):  # the request indented for the reviewer
+        assert '\n        "order": "A1",\n' in content
 
 
 def test_a_hand_edited_indented_body_is_written_back_in_its_form():
-    tool_call = exchange(response_body=b'{"answer":"no"}', response_headers=())
-    content = text.dumps(Run(id="r"), [tool_call]).replace('"answer": "no"', '"answer": "yes"')
+    tool_call = exchange(request_body=b'{"question":"no"}', request_headers=())
+    content = text.dumps(Run(id="r"), [tool_call]).replace('"question": "no"', '"question": "yes"')
     _, [loaded] = text.loads(content)
-    assert loaded.response_body == b'{"answer":"yes"}'
-    broken = content.replace('"answer": "yes"', '"answer": ')
+    assert loaded.request_body == b'{"question":"yes"}'
+    broken = content.replace('"question": "yes"', '"question": ')
     with pytest.raises(CassetteError, match="must be JSON"):
         text.loads(broken)
