@@ -127,6 +127,8 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
             return _serve(recorded, record, keep=session.keeps_served)
         elif optional.is_optional(request.method, route, config.match.optional_routes):
             return _empty_success(session, request, record)
+        elif session.made_after_fork(_asked(record, config)):
+            pass  # made sooner than in the parent (a concurrent side call): past the fork, live
         elif session.on_divergence is OnDivergence.LIVE:
             session.go_live(step)
         elif session.on_divergence is not OnDivergence.NEW_EPISODES:

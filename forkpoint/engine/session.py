@@ -138,6 +138,13 @@ class Session:
     def optional(self, exchange: Exchange) -> bool:
         return self._servable is not None and self._servable.optional(exchange)
 
+    def made_after_fork(self, asked: Asked) -> bool:
+        """Whether the parent of a fork made this request at or after the fork step: made
+        sooner this time (agents make side calls concurrently), it belongs to the branch."""
+        if self.fork_step is None or self._servable is None:
+            return False
+        return self._servable.holds(asked, from_step=self.fork_step)
+
     def already_served(self, asked: Asked) -> list[tuple[int, Exchange]]:
         """(this run's step, recorded exchange) of each served exchange the request matches,
         exactly or but for what its client generates: asked again, it has nothing left."""

@@ -91,6 +91,20 @@ class Servable:
                 return Similar(self._taken(exchange), self._note(exchange, asked))
         return None
 
+    def holds(self, asked: Asked, *, from_step: int) -> bool:
+        """Whether an unserved exchange at `from_step` or later matches the request, exactly
+        or but for what its client generates (nothing is taken)."""
+        exact = self._exact.get(asked.key, ())
+        if any(e.step >= from_step and e.step not in self._gone for e in exact):
+            return True
+        route = (asked.method.upper(), generated.masked_route(asked.route))
+        later = [
+            e
+            for e in self._routes.get(route, ())
+            if e.step >= from_step and e.step not in self._gone
+        ]
+        return bool(later) and any(self.similar_of(e) == asked.similar_key for e in later)
+
     def similar_of(self, exchange: Exchange) -> str:
         """The similar fingerprint of a recorded exchange, computed once."""
         key = self._similar.get(exchange.step)
