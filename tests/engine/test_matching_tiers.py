@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 import pytest
 
-from forkpoint.engine.decide import Fail, Serve, decide
+from forkpoint.engine.decide import Fail, Forward, Serve, decide
 from forkpoint.engine.session import Session
-from forkpoint.models import Exchange, Origin
-from tests.engine.test_decide import CONFIG, post, recorded_run, replay_session
+from forkpoint.models import Exchange, Mode, Origin, Run
+from tests.engine.test_decide import CONFIG, chat, post, recorded_run, replay_session
 
 DATA = Path(__file__).parent / "data"
 CLAUDE = "/anthropic/v1/messages?beta=true"
@@ -239,3 +239,23 @@ def test_similar_matches_are_served_in_recorded_order():
     fresh = "6f1d2c3b-4a59-4e8f-8d7c-6b5a49382716"
     assert [served(session, "/v1/chat/completions", ask(fresh, n)) for n in (2, 1, 1)]
     assert [session.served[s].step for s in (0, 1, 2)] == [2, 0, 1]
+
+
+# forks of agents that make side calls concurrently
+
+
+def test_a_side_call_a_fork_makes_sooner_than_its_parent_goes_live():
+    parent = recorded_run(chat("first"), chat("second"), chat("third"), chat("side call"))
+    session = Session.fork(Run("child", mode=Mode.FORK, parent_id="rec"), parent, CONFIG, at=3)
+    assert isinstance(decide(session, post("/v1/chat/completions", chat("first")), CONFIG), Serve)
+    early = decide(session, post("/v1/chat/completions", chat("side call")), CONFIG)
+    assert isinstance(early, Forward) and early.record.origin is Origin.LIVE
+    assert not session.live  # the prefix is still served
+    assert isinstance(decide(session, post("/v1/chat/completions", chat("second")), CONFIG), Serve)
+
+
+def test_a_request_the_parent_never_made_before_the_fork_step_still_diverges():
+    parent = recorded_run(chat("first"), chat("second"), chat("third"))
+    session = Session.fork(Run("child", mode=Mode.FORK, parent_id="rec"), parent, CONFIG, at=2)
+    action = decide(session, post("/v1/chat/completions", chat("never asked")), CONFIG)
+    assert isinstance(action, Fail)
