@@ -45,23 +45,21 @@ DEFAULT_OPTIONAL: tuple[str, ...] = (
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(patterns: tuple[str, ...]) -> tuple[tuple[str | None, re.Pattern[str]], ...]:
+def _compiled(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex for every pattern, matched against `METHOD path`."""
     rules = []
     for text in patterns:
         method, sep, glob = text.strip().partition(" ")
         if not sep:
             method, glob = "", method
-        rules.append((method.upper() or None, re.compile(fnmatch.translate(glob.strip()))))
-    return tuple(rules)
+        verb = re.escape(method.upper()) if method else r"[^ ]+"
+        rules.append(f"(?:{verb} {fnmatch.translate(glob.strip())})")
+    return re.compile("|".join(rules) or r"(?!)")
 
 
 def is_optional(method: str, route: str, patterns: tuple[str, ...]) -> bool:
     """Whether `method route` (its query left out) is one of the optional `patterns`."""
-    path = route.partition("?")[0]
-    return any(
-        (want is None or want == method.upper()) and glob.match(path)
-        for want, glob in _compiled(patterns)
-    )
+    return _compiled(patterns).match(f"{method.upper()} {route.partition('?')[0]}") is not None
 
 
 def empty_success(request_headers: Headers) -> tuple[int, Headers, bytes]:

@@ -53,20 +53,21 @@ class Servable:
     def __init__(self, exchanges: Sequence[Exchange], match: MatchConfig):
         self._match = match
         self._exact: dict[str, deque[Exchange]] = {}
-        self._routes: dict[tuple[str, str], list[Exchange]] = {}
+        self._held = list(exchanges)
+        # built on the first miss: by method and route with its ids set aside
+        self._routes: dict[tuple[str, str], list[Exchange]] | None = None
         self._similar: dict[int, str] = {}  # step → similar fingerprint, once computed
         self._gone: set[int] = set()
-        self._held = {exchange.step for exchange in exchanges}
-        self.left = 0  # exchanges left that are not optional: a resume goes live at 0
-        for exchange in exchanges:
+        routes = match.optional_routes
+        self._optional = {e.step for e in exchanges if is_optional(e.method, e.route, routes)}
+        self.left = len(self._held) - len(self._optional)  # a resume goes live at 0
+        for exchange in self._held:
             exchange.fingerprint = matching.fingerprint_exchange(exchange, match)
             self._exact.setdefault(exchange.fingerprint, deque()).append(exchange)
-            key = (exchange.method.upper(), generated.masked_route(exchange.route))
-            self._routes.setdefault(key, []).append(exchange)
-            self.left += not self.optional(exchange)
 
     def optional(self, exchange: Exchange) -> bool:
-        return is_optional(exchange.method, exchange.route, self._match.optional_routes)
+        """Whether a recorded exchange is a side call (`engine.optional`)."""
+        return exchange.step in self._optional
 
     def take(self, key: str, *, before: int | None = None) -> Exchange | None:
         """The earliest unserved exchange with this exact fingerprint (and a step < before)."""
@@ -80,9 +81,8 @@ class Servable:
     def take_similar(self, asked: Asked, *, before: int | None = None) -> Similar | None:
         """The earliest unserved exchange of the request's route that differs from it only in
         what a client generates, and the note saying what was set aside."""
-        route = (asked.method.upper(), generated.masked_route(asked.route))
         wanted = asked.similar_key
-        for exchange in self._routes.get(route, ()):
+        for exchange in self._same_route(asked):
             if exchange.step in self._gone:
                 continue
             if before is not None and exchange.step >= before:
@@ -97,13 +97,19 @@ class Servable:
         exact = self._exact.get(asked.key, ())
         if any(e.step >= from_step and e.step not in self._gone for e in exact):
             return True
-        route = (asked.method.upper(), generated.masked_route(asked.route))
         later = [
-            e
-            for e in self._routes.get(route, ())
-            if e.step >= from_step and e.step not in self._gone
+            e for e in self._same_route(asked) if e.step >= from_step and e.step not in self._gone
         ]
         return bool(later) and any(self.similar_of(e) == asked.similar_key for e in later)
+
+    def _same_route(self, asked: Asked) -> list[Exchange]:
+        """The exchanges of the request's method and route, the ids in routes set aside."""
+        if self._routes is None:
+            self._routes = {}
+            for exchange in self._held:
+                key = (exchange.method.upper(), generated.masked_route(exchange.route))
+                self._routes.setdefault(key, []).append(exchange)
+        return self._routes.get((asked.method.upper(), generated.masked_route(asked.route)), [])
 
     def similar_of(self, exchange: Exchange) -> str:
         """The similar fingerprint of a recorded exchange, computed once."""
@@ -117,8 +123,9 @@ class Servable:
 
     def remove(self, exchanges: Iterable[Exchange]) -> None:
         """These are no longer served (the agent's state was restored past them)."""
+        held = {e.step for e in self._held}
         for exchange in exchanges:
-            if exchange.step in self._held and exchange.step not in self._gone:
+            if exchange.step in held and exchange.step not in self._gone:
                 self._taken(exchange)
 
     def unserved(self) -> list[Exchange]:
@@ -127,7 +134,7 @@ class Servable:
 
     def _taken(self, exchange: Exchange) -> Exchange:
         self._gone.add(exchange.step)
-        self.left -= not self.optional(exchange)
+        self.left -= exchange.step not in self._optional
         return exchange
 
     def _note(self, recorded: Exchange, asked: Asked) -> str:
