@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
+from forkpoint.engine.matching import MatchConfig
 from forkpoint.engine.tiers import Asked, Servable, Similar
 from forkpoint.models import Exchange, Mode, Origin, Run, Snapshot
 
@@ -42,6 +43,8 @@ class Session:
     # Per step of this run that was served from the source, the source exchange it got.
     served: dict[int, Exchange] = field(default_factory=dict)
     _servable: Servable | None = None
+    _match: MatchConfig | None = None
+    _after_fork: Servable | None = None  # a fork's parent from its fork step, on first need
     _append: int = 0  # a resume's next step to write
 
     @classmethod
@@ -114,6 +117,7 @@ class Session:
         self._append = _after(source)
         self.live = self.fork_step == 0 or (self.mode is Mode.RESUME and not served)
         self._servable = Servable(served, config.match)
+        self._match = config.match
 
     def take(self, key: str, *, before: int | None = None) -> Exchange | None:
         """The earliest unserved recorded exchange with this fingerprint (and a step < before)."""
@@ -141,9 +145,12 @@ class Session:
     def made_after_fork(self, asked: Asked) -> bool:
         """Whether the parent of a fork made this request at or after the fork step: made
         sooner this time (agents make side calls concurrently), it belongs to the branch."""
-        if self.fork_step is None or self._servable is None:
+        if self.fork_step is None or self._match is None:
             return False
-        return self._servable.holds(asked, from_step=self.fork_step)
+        if self._after_fork is None:  # every step the parent made from there, answered or not
+            later = [e for e in self.source if e.step >= self.fork_step]
+            self._after_fork = Servable(later, self._match)
+        return self._after_fork.holds(asked, from_step=self.fork_step)
 
     def already_served(self, asked: Asked) -> list[tuple[int, Exchange]]:
         """(this run's step, recorded exchange) of each served exchange the request matches,

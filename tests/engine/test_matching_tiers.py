@@ -259,3 +259,14 @@ def test_a_request_the_parent_never_made_before_the_fork_step_still_diverges():
     session = Session.fork(Run("child", mode=Mode.FORK, parent_id="rec"), parent, CONFIG, at=2)
     action = decide(session, post("/v1/chat/completions", chat("never asked")), CONFIG)
     assert isinstance(action, Fail)
+
+
+def test_a_side_call_that_failed_after_the_parents_fork_step_goes_live_in_the_fork():
+    """The fork's prefix ends at the parent's first unanswered step (an unreachable host):
+    the same call made sooner by the fork belongs to the branch, not a divergence."""
+    parent = recorded_run(chat("first"), chat("second"), chat("side call"), chat("third"))
+    parent[2].status, parent[2].complete = None, False  # no answer from its host
+    session = Session.fork(Run("child", mode=Mode.FORK, parent_id="rec"), parent, CONFIG, at=3)
+    assert isinstance(decide(session, post("/v1/chat/completions", chat("first")), CONFIG), Serve)
+    early = decide(session, post("/v1/chat/completions", chat("side call")), CONFIG)
+    assert isinstance(early, Forward)
