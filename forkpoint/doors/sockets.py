@@ -79,7 +79,12 @@ class Sockets:
             protocol = next(iter(frames.protocols(answer_headers)), None)
         socket = web.WebSocketResponse(protocols=(protocol,) if protocol else (), max_msg_size=0)
         socket.headers.update(_passed(answer_headers))
-        await socket.prepare(request)
+        try:
+            await socket.prepare(request)
+        except BaseException:  # the agent went away before its socket opened
+            if upstream is not None:
+                await upstream.close()
+            raise
         await _Serving(socket, connection, upstream, self._sender, self._recorder).run(opening)
         return socket
 
