@@ -104,6 +104,7 @@ class Gateway:
         self._secret = intercept_secret
         self.app = web.Application(client_max_size=max_body)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.app.on_shutdown.append(self.sockets.close_all)  # open websockets end the stop
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 
 from aiohttp import WSMsgType, web
@@ -22,11 +21,12 @@ from forkpoint.engine import frames
 from forkpoint.engine.config import EngineConfig
 from forkpoint.engine.decide import Forward, Request, Serve
 from forkpoint.engine.frames import Frame
-from forkpoint.engine.lifecycle import Body, Commit, End, Event, Head, NoAnswer
+from forkpoint.engine.lifecycle import Commit, Event, NoAnswer, answer
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.redaction import end_to_end
 from forkpoint.engine.session import Session
 from forkpoint.engine.websocket import (
+    GOING_AWAY,
     Close,
     Command,
     Connect,
@@ -37,7 +37,8 @@ from forkpoint.engine.websocket import (
 )
 from forkpoint.errors import UpstreamError
 
-log = logging.getLogger(__name__)
+# What described the body of a refused handshake, which aiohttp does not keep.
+_BODY = frozenset({"content-length", "content-encoding", "transfer-encoding"})
 
 
 class Sockets:
@@ -47,6 +48,14 @@ class Sockets:
         self._sender = sender
         self._recorder = recorder
         self._pace = pace
+        self._open: set[web.WebSocketResponse] = set()
+
+    async def close_all(self, app: web.Application | None = None) -> None:
+        """Close every open socket (the proxy is stopping): each one's exchange in progress is
+        committed as its handler ends, and the agents are told the server is going away."""
+        for socket in list(self._open):
+            with contextlib.suppress(Exception):
+                await socket.close(code=GOING_AWAY, message=b"forkpoint stopped")
 
     async def open(
         self, request: web.Request, session: Session, upgrade: Request,
@@ -64,8 +73,9 @@ class Sockets:
                 )
             except UpstreamError as error:
                 return [NoAnswer(f"forkpoint: {error}")]
-            if upstream.status != 101:
-                return [Head(upstream.status, upstream.headers), Body(b""), End()]
+            if upstream.status != 101:  # its body is not kept by the handshake: none is sent
+                kept = tuple((k, v) for k, v in upstream.headers if k.lower() not in _BODY)
+                return answer(upstream.status, kept, b"")
             connection = Connection.live(
                 session, config, upgrade, action, upstream.status, upstream.headers, now
             )
@@ -85,7 +95,11 @@ class Sockets:
             if upstream is not None:
                 await upstream.close()
             raise
-        await _Serving(socket, connection, upstream, self._sender, self._recorder).run(opening)
+        self._open.add(socket)
+        try:
+            await _Serving(socket, connection, upstream, self._sender, self._recorder).run(opening)
+        finally:
+            self._open.discard(socket)
         return socket
 
 
