@@ -111,6 +111,8 @@ class Exchange:
 
     `chunks` is None for a response that was not streamed; for a stream, `response_body` is the
     concatenation of the chunks. Headers are already redacted when an exchange leaves a front door.
+    `note` says how a served answer was chosen when it was not an exact match (the request's
+    fields a replay set aside), or why forkpoint answered it itself (an optional route).
     """
 
     run_id: str
@@ -135,6 +137,7 @@ class Exchange:
     # The model a fork's change put in the request, where the agent asked for another: the
     # record keeps the agent's body, and a summary with no model in the answer names this one.
     model_sent: str | None = None
+    note: str | None = None
 
     @property
     def streamed(self) -> bool:

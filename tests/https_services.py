@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import json
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.https import TestCA, serve_https
@@ -49,10 +49,17 @@ def tool_app(name: str, release: asyncio.Event | None = None) -> web.Application
         return response
 
     async def websocket(request: web.Request) -> web.WebSocketResponse:
+        """Greets, echoes text (counted), reverses bytes, and closes with 4000 on "quit"."""
         socket = web.WebSocketResponse()
         await socket.prepare(request)
+        await socket.send_str(f"hello from {name}")
         async for message in socket:
-            await socket.send_str(f"echo {message.data}")
+            if message.type is WSMsgType.BINARY:
+                await socket.send_bytes(message.data[::-1])
+            elif message.data == "quit":
+                await socket.close(code=4000, message=b"bye")
+            else:
+                await socket.send_str(f"echo {message.data} {next(calls)}")
         return socket
 
     app = web.Application()

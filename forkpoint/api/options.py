@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forkpoint.api.config import ProjectConfig, find_project_config, normalizer
 from forkpoint.cassettes.sqlite import DEFAULT_PATH
 from forkpoint.engine.config import (
     DEFAULT_MAX_BODY,
@@ -23,14 +24,15 @@ from forkpoint.engine.config import (
     OnDivergence,
     Routes,
 )
-from forkpoint.engine.matching import DEFAULT_VOLATILE, MatchConfig
+from forkpoint.engine.matching import DEFAULT_VOLATILE, MatchConfig, Normalizer
+from forkpoint.engine.optional import DEFAULT_OPTIONAL
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.redaction import Redaction
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.models import Exchange
 from forkpoint.runtime.intercept import InterceptOptions
 
-__all__ = ["Options", "cassette_path", "engine_config"]
+__all__ = ["Options", "cassette_path", "engine_config", "match_config"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,8 +50,14 @@ class Options:
     restore: give a fork's agent its state snapshot (else it starts fresh).
     workspace: a directory snapshotted with the run and restored on fork and resume.
     snapshots: when agent state is pulled. intercept: also serve as an HTTPS proxy.
-    volatile_fields: JSON paths matching ignores, beside the built-in ones.
     redact: more names of headers, query parameters and JSON fields to mask as secrets.
+    ignore: JSON paths matching drops (`metadata.request_id`, `$.input[*].id`).
+    normalize: regexes whose matches in request bodies are replaced, or normalizer functions
+        (`pkg.mod:fn` or a callable taking method, route and the parsed body).
+    optional: `[METHOD ]GLOB` routes of side calls (telemetry) answered with an empty success
+        when the recording lacks them, beside the built-in ones.
+    project_config: also read these three from the project's forkpoint.toml or
+        `[tool.forkpoint]` (`forkpoint.api.config`), before the ones given here.
     env: the command's environment [default: this process's].
     """
 
@@ -68,8 +76,11 @@ class Options:
     workspace: str | os.PathLike[str] | None = None
     snapshots: SnapshotPolicy = SnapshotPolicy()
     intercept: InterceptOptions | None = None
-    volatile_fields: Sequence[str] = ()
     redact: Sequence[str] = ()
+    ignore: Sequence[str] = ()
+    normalize: Sequence[str | Normalizer] = ()
+    optional: Sequence[str] = ()
+    project_config: bool = True
     env: Mapping[str, str] | None = None
 
 
@@ -83,12 +94,20 @@ def engine_config(
     """The engine's config for a verb: `live` says whether any request may go upstream (an
     offline replay has no upstream at all); `recorded`, the run a fork or a resume continues,
     whose upstreams serve whatever the options do not name."""
-    match = MatchConfig(
-        volatile_fields=(*DEFAULT_VOLATILE, *options.volatile_fields),
-        redaction=Redaction(names=frozenset(options.redact)),
-    )
+    match = match_config(options)
     if not live:
         return EngineConfig(routes=Routes(), match=match)
     given = Routes(options.upstream, dict(options.routes))
     routes = given.over(Routes.recorded(recorded)).over(Routes.of(DEFAULT_UPSTREAM))
     return EngineConfig(routes=routes, match=match)
+
+
+def match_config(options: Options) -> MatchConfig:
+    """How requests match: the built-in settings, the project file's, then the options'."""
+    project = find_project_config() if options.project_config else ProjectConfig()
+    return MatchConfig(
+        volatile_fields=(*DEFAULT_VOLATILE, *project.ignore, *options.ignore),
+        normalizers=tuple(normalizer(n) for n in (*project.normalize, *options.normalize)),
+        optional_routes=(*DEFAULT_OPTIONAL, *project.optional, *options.optional),
+        redaction=Redaction(names=frozenset(options.redact)),
+    )

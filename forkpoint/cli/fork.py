@@ -11,6 +11,7 @@ from forkpoint.cli.options import (
     cassette_option,
     change_options,
     intercept_options,
+    match_options,
     pace_option,
     parse_pairs,
     parse_routes,
@@ -33,6 +34,7 @@ from forkpoint.runtime.intercept import InterceptOptions
 @click.argument("run")
 @click.option("--at", type=int, help="Fork step: steps before it are replayed.")
 @change_options
+@match_options
 @click.option("--name", help="A name for the child run.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
 @pace_option
@@ -45,7 +47,8 @@ def fork(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], run: str,
     at: int | None, spec: dict[str, Any], change: Change, on_divergence: OnDivergence,
-    restore: bool, name: str | None, labels: tuple[str, ...], pace: str, port: int,
+    restore: bool, ignore: tuple[str, ...], normalize: tuple[str, ...],
+    optional: tuple[str, ...], name: str | None, labels: tuple[str, ...], pace: str, port: int,
     workspace: str | None, snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None,
     cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
@@ -66,6 +69,7 @@ def fork(
         name=name or spec.get("name"),
         labels={**spec.get("label", {}), **parse_pairs(labels, "--label")},
         on_divergence=on_divergence, restore=restore, pace=Pace.parse(pace), port=port,
-        workspace=workspace, snapshots=snapshot_policy, intercept=intercept,
+        workspace=workspace, snapshots=snapshot_policy, intercept=intercept, ignore=ignore,
+        normalize=normalize, optional=optional,
     )  # fmt: skip
     report_run(api.fork(run, cmd, at=int(step), change=change, options=options))

@@ -137,6 +137,26 @@ def intercept_options(port: int = 0) -> Callable[[Command], Command]:
     return decorate
 
 
+def match_options(command: Command) -> Command:
+    """--ignore, --normalize and --optional: how a replay matches requests to its recording,
+    beside the project's forkpoint.toml or [tool.forkpoint] (they add to it)."""
+    command = click.option(
+        "--optional", multiple=True, metavar="[METHOD ]GLOB",
+        help="A side call (telemetry) answered with an empty success when the recording "
+        "lacks it, never a divergence (repeatable; well-known ones are built in).",
+    )(command)  # fmt: skip
+    command = click.option(
+        "--normalize", multiple=True, metavar="REGEX|pkg.mod:fn",
+        help="Replace the regex's matches in request bodies before matching, or apply a "
+        "function (method, route, body) -> body (repeatable).",
+    )(command)  # fmt: skip
+    return click.option(
+        "--ignore", multiple=True, metavar="PATH",
+        help="A JSON path matching drops from request bodies, e.g. metadata.request_id or "
+        "'$.input[*].id' (repeatable).",
+    )(command)  # fmt: skip
+
+
 def pace_option(command: Command) -> Command:
     return click.option(
         "--pace", default="fast", show_default=True,

@@ -9,6 +9,7 @@ from forkpoint.cli.options import (
     cassette_option,
     divergence_option,
     intercept_options,
+    match_options,
     pace_option,
     parse_routes,
     port_option,
@@ -27,6 +28,7 @@ from forkpoint.runtime.intercept import InterceptOptions
 @pace_option
 @click.option("--name", help="A name for the replay run.")
 @divergence_option
+@match_options
 @upstream_options
 @port_option
 @intercept_options()
@@ -34,13 +36,16 @@ from forkpoint.runtime.intercept import InterceptOptions
 @reports_errors
 def replay(
     cassette: str | None, run: str, pace: str, name: str | None, on_divergence: str | None,
+    ignore: tuple[str, ...], normalize: tuple[str, ...], optional: tuple[str, ...],
     upstream: str | None, routes: tuple[str, ...], redact: tuple[str, ...], port: int,
     intercept: InterceptOptions | None, cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run CMD against recorded RUN, offline: no request reaches the network.
 
-    A request the recording does not have is a divergence: the agent gets an error naming the
-    nearest recorded exchange, and the replay run ends `diverged` (exit 3 if CMD exits 0).
+    A request matches a recorded one exactly, or but for values its client generates (ids,
+    times, directories), noted on the exchange. A request the recording does not have is a
+    divergence: the agent gets an error naming the nearest recorded exchange, and the replay
+    run ends `diverged` (exit 3 if CMD exits 0).
     With --on-divergence live the replay forks there instead and goes on live (to --upstream
     and --route, else where RUN's requests went).
 
@@ -50,6 +55,7 @@ def replay(
         redact=redact,
         cassette=cassette, pace=Pace.parse(pace), name=name, port=port,
         on_divergence=OnDivergence(on_divergence or "fail"), upstream=upstream,
-        routes=parse_routes(routes), intercept=intercept,
+        routes=parse_routes(routes), intercept=intercept, ignore=ignore, normalize=normalize,
+        optional=optional,
     )  # fmt: skip
     report_run(api.replay(run, cmd, options))

@@ -9,6 +9,7 @@ from forkpoint.cli.options import (
     cassette_option,
     divergence_option,
     intercept_options,
+    match_options,
     parse_routes,
     port_option,
     report_run,
@@ -26,6 +27,7 @@ from forkpoint.runtime.intercept import InterceptOptions
 @upstream_options
 @click.argument("run")
 @divergence_option
+@match_options
 @port_option
 @snapshot_options
 @intercept_options()
@@ -34,7 +36,8 @@ from forkpoint.runtime.intercept import InterceptOptions
 def resume(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], run: str,
-    on_divergence: str | None, port: int, workspace: str | None,
+    on_divergence: str | None, ignore: tuple[str, ...], normalize: tuple[str, ...],
+    optional: tuple[str, ...], port: int, workspace: str | None,
     snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None, cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Restart CMD for RUN, a run that crashed or was stopped, and finish it.
@@ -50,6 +53,7 @@ def resume(
         redact=redact,
         cassette=cassette, upstream=upstream, routes=parse_routes(routes), port=port,
         on_divergence=OnDivergence(on_divergence or "fail"), workspace=workspace,
-        snapshots=snapshot_policy, intercept=intercept,
+        snapshots=snapshot_policy, intercept=intercept, ignore=ignore, normalize=normalize,
+        optional=optional,
     )  # fmt: skip
     report_run(api.resume(run, cmd, options))

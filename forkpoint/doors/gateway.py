@@ -29,6 +29,7 @@ from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
 from forkpoint.doors.mocks import run_mock
 from forkpoint.doors.ports import Recorder, Sender, Sessions, Snapshots
+from forkpoint.doors.sockets import Sockets
 from forkpoint.engine.config import (
     DEFAULT_MAX_BODY,
     INTERCEPT_HEADER,
@@ -49,6 +50,7 @@ from forkpoint.engine.decide import (
     snapshot_point,
 )
 from forkpoint.engine.encoding import decode_headers
+from forkpoint.engine.frames import is_upgrade
 from forkpoint.engine.lifecycle import (
     Body,
     Command,
@@ -69,6 +71,7 @@ from forkpoint.engine.lifecycle import (
 )
 from forkpoint.engine.mocks import MockRequest
 from forkpoint.engine.pace import Pace
+from forkpoint.engine.websocket import opens
 from forkpoint.errors import ConfigError, UpstreamError
 
 log = logging.getLogger(__name__)
@@ -95,11 +98,13 @@ class Gateway:
         self.recorder = recorder
         self.snapshots = snapshots
         self.control = Control(snapshots)
+        self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace)
         self.pace = pace
         self.max_body = max_body
         self._secret = intercept_secret
         self.app = web.Application(client_max_size=max_body)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.app.on_shutdown.append(self.sockets.close_all)  # open websockets end the stop
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
@@ -117,6 +122,12 @@ class Gateway:
             return await self.control.handle(request, session, route, body)
         ours = Request(request.method, route, decode_headers(request.raw_headers), body)
         action = decide(session, ours, config)
+        events = None
+        if is_upgrade(ours.headers) and isinstance(action, Serve | Forward) and opens(action):
+            opened = await self.sockets.open(request, session, ours, action, config)
+            if isinstance(opened, web.StreamResponse):
+                return opened
+            events = _listed(opened)  # the upstream refused the websocket: its answer, over HTTP
         keep = not isinstance(action, Serve) or action.keep
         tee = Tee(action.record, started, keep=keep, redaction=config.redaction)
         llm = snapshot_point(action)
@@ -125,7 +136,8 @@ class Gateway:
             if llm is None
             else self.snapshots.on_request(session.run.id, action.record.step, llm=llm)
         )
-        return await self._respond(request, tee, self._events(action, started), pulls)
+        events = events or self._events(action, started)
+        return await self._respond(request, tee, events, pulls)
 
     def _target(self, request: web.Request) -> tuple[EngineConfig, str | None, str]:
         """The engine config, run id and route of a request: the interceptor's carry the
@@ -134,7 +146,8 @@ class Gateway:
         secret = request.headers.get(INTERCEPT_HEADER, "")
         if origin is not None and self._secret and hmac.compare_digest(secret, self._secret):
             netloc = urlsplit(origin).netloc
-            routes = Routes(prefixes={netloc: origin})
+            # `--route HOST=URL` sends a host's intercepted traffic elsewhere (a mock server)
+            routes = Routes(prefixes={netloc: self.config.routes.prefixes.get(netloc, origin)})
             route = f"/{netloc}{request.raw_path}"
             return (
                 dataclasses.replace(self.config, routes=routes),
@@ -252,6 +265,11 @@ class Gateway:
             )
             return answer(500, headers, body)
         return answer(mocked.status, mocked.headers, mocked.body)
+
+
+async def _listed(events: list[Event]) -> AsyncIterator[Event]:
+    for event in events:
+        yield event
 
 
 def split_run(raw_path: str, run_header: str | None) -> tuple[str | None, str]:

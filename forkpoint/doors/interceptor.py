@@ -14,6 +14,11 @@ names the host, fingerprints tell hosts apart (replay serves each host its own a
 offline), mocks match a host by glob (`api.search.example/*` against the upstream, `*/v1/query`
 against either), and dialects still find `/v1/chat/completions` at the end of the path. The
 scheme is not in the route: http and https requests to one host are the same endpoint.
+
+WebSockets go the same way: the upgrade request is handed to the gateway, which serves the
+socket (`forkpoint.doors.sockets`), and mitmproxy carries its messages between the agent and
+the gateway; so the Responses API over a websocket (Codex's default transport) and the
+Realtime API are recorded and replayed message by message.
 """
 
 from __future__ import annotations
@@ -51,8 +56,6 @@ class Interceptor:
         run_id = headers.get(RUN_HEADER) or proxy_user(headers) or self._runs.get(flow.client_conn)
         for name in (RUN_HEADER, "proxy-authorization", INTERCEPT_HEADER, ORIGIN_HEADER):
             headers.pop(name, None)
-        if headers.get("upgrade"):  # a websocket: not an exchange, so it is not recorded
-            return
         parts = urlsplit(request.url)
         headers[ORIGIN_HEADER] = f"{parts.scheme}://{parts.netloc}"
         headers[INTERCEPT_HEADER] = self._secret
@@ -66,9 +69,6 @@ class Interceptor:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
             flow.response.stream = True  # chunk by chunk, as the gateway paces them
-
-    def websocket_start(self, flow: http.HTTPFlow) -> None:
-        log.warning("forkpoint: websocket %s passes through unrecorded", flow.request.url)
 
     def tcp_start(self, flow: tcp.TCPFlow) -> None:
         address = flow.server_conn.address

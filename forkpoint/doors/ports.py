@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from forkpoint.adapters.protocol import Adapter
+from forkpoint.engine.frames import Frame
 from forkpoint.engine.session import Session
 from forkpoint.models import Exchange, Headers, Run, Snapshot
 
@@ -49,7 +50,33 @@ class UpstreamResponse(Protocol):
     def release(self) -> None: ...
 
 
+class UpstreamSocket(Protocol):
+    """A websocket to an upstream. `status` is 101 when it opened; any other is the upstream
+    refusing the handshake with that answer (and the socket carries nothing)."""
+
+    status: int
+    headers: Headers
+    protocol: str | None
+    close_code: int  # once `messages` has ended
+    close_reason: str
+
+    def messages(self) -> AsyncIterator[Frame]:
+        """The upstream's messages as they arrive, until it closes; raises UpstreamError if
+        the connection breaks."""
+        ...
+
+    async def send(self, frame: Frame) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class Sender(Protocol):
     async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
         """Send a request; raises UpstreamError when no response head arrives."""
+        ...
+
+    async def websocket(
+        self, url: str, headers: Headers, protocols: tuple[str, ...]
+    ) -> UpstreamSocket:
+        """Open a websocket (ws:// or wss://); raises UpstreamError when no answer comes."""
         ...

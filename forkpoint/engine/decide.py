@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from forkpoint.engine import changes, matching
+from forkpoint.engine import changes, matching, optional
 from forkpoint.engine.config import DIVERGENCE_STATUS, GATEWAY_HEADERS, EngineConfig, OnDivergence
 from forkpoint.engine.dialects import GENERIC, dialect_for
 from forkpoint.engine.divergence import Divergence, find_divergence
@@ -20,6 +20,7 @@ from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 from forkpoint.engine.mocks import MockKind, MockRule, first_match
 from forkpoint.engine.redaction import end_to_end
 from forkpoint.engine.session import Session
+from forkpoint.engine.tiers import Asked
 from forkpoint.errors import ConfigError
 from forkpoint.models import Exchange, Headers, Mode, Origin, RunStatus, Snapshot
 
@@ -120,10 +121,14 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
             session.mode is Mode.RESUME and session.exhausted
         ):
             session.go_live(step)
-        elif (recorded := session.take(key, before=session.fork_step)) is not None:
+        elif (recorded := _recorded(session, record, config, before=session.fork_step)) is not None:
             record.origin = Origin.REPLAYED
             session.served[step] = recorded
             return _serve(recorded, record, keep=session.keeps_served)
+        elif optional.is_optional(request.method, route, config.match.optional_routes):
+            return _empty_success(session, request, record)
+        elif session.made_after_fork(_asked(record, config)):
+            pass  # made sooner than in the parent (a concurrent side call): past the fork, live
         elif session.on_divergence is OnDivergence.LIVE:
             session.go_live(step)
         elif session.on_divergence is not OnDivergence.NEW_EPISODES:
@@ -131,6 +136,41 @@ def decide(session: Session, request: Request, config: EngineConfig) -> Action:
             return _diverge(session, request, record, config)
     record.step = session.written_step(step)
     return _live(session, request, passed, record, config)
+
+
+def _recorded(
+    session: Session, record: Exchange, config: EngineConfig, *, before: int | None = None
+) -> Exchange | None:
+    """The recorded exchange that answers a request: by its exact fingerprint, else one that
+    differs only in what its client generates, which the record's note then names."""
+    recorded = session.take(record.fingerprint, before=before)
+    if recorded is not None:
+        return recorded
+    similar = session.take_similar(_asked(record, config), before=before)
+    if similar is None:
+        return None
+    record.note = similar.note
+    return similar.exchange
+
+
+def _asked(record: Exchange, config: EngineConfig) -> Asked:
+    value = matching.comparable(
+        record.method, record.route, record.request_body, record.request_headers, config.match
+    )
+    return Asked(record.method, record.route, record.fingerprint, value)
+
+
+def _empty_success(session: Session, request: Request, record: Exchange) -> Serve:
+    """An optional request the recording lacks (telemetry): answered, never a divergence."""
+    status, headers, body = optional.empty_success(request.headers)
+    record.origin = Origin.MOCKED
+    record.note = "optional route the recording lacks: answered with an empty success"
+    static = Exchange(
+        run_id=session.run.id, step=record.step, method=request.method, route=record.route,
+        request_headers=(), request_body=b"", fingerprint=record.fingerprint,
+        status=status, response_headers=headers, response_body=body,
+    )  # fmt: skip
+    return Serve(static, record)
 
 
 def restore(
@@ -234,7 +274,7 @@ def _mock(
     if rule.kind is MockKind.CALLABLE:
         return Mock(rule, request, record)
     if rule.kind is MockKind.RECORDED:
-        recorded = session.take(record.fingerprint)
+        recorded = _recorded(session, record, config)
         if recorded is None:
             fail = _diverge(session, request, record, config)
             fail.record.error = f"mock {rule.text!r}: {fail.record.error}"
@@ -264,15 +304,14 @@ def _with_length(headers: Headers, body: bytes) -> Headers:
 
 def _diverge(session: Session, request: Request, record: Exchange, config: EngineConfig) -> Fail:
     session.run.status = RunStatus.DIVERGED
+    asked = _asked(record, config)
     divergence = find_divergence(
         run_id=session.run.id,
         source_run_id=session.run.parent_id or session.run.id,
         step=record.step,
-        method=request.method,
-        route=record.route,
-        body=request.body,
-        content_encoding=header(request.headers, "content-encoding"),
-        unserved=session.unserved(),
+        asked=asked,
+        unserved=[e for e in session.unserved() if not session.optional(e)],
+        already_served=session.already_served(asked),
         match=config.match,
     )
     fail = _fail(record, DIVERGENCE_STATUS, divergence.message(), "forkpoint_divergence")

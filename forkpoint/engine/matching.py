@@ -1,21 +1,29 @@
-"""Request fingerprints for replay, and the body diff a divergence report shows.
+"""Request fingerprints for replay, in two tiers.
 
-A fingerprint is method + route + normalized body: JSON keys sorted, configured volatile fields
-dropped, user normalizers applied in order. Normalizers are plain functions in a tuple, so a
-user adds one without subclassing anything.
+The exact fingerprint is method + route + normalized body: JSON keys sorted, ignored fields
+dropped (`--ignore`), user normalizers applied in order (`--normalize`). A multipart body is
+read part by part, since its boundary is new on every request. Normalizers are plain functions
+in a tuple, so a user adds one without subclassing anything.
+
+The similar fingerprint is the exact one's input with what a client generates set aside (ids,
+times, directories: `engine.generated`). It is only computed when the exact one finds nothing,
+so the live path and an exact replay pay nothing for it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 
+from forkpoint.engine import fields, generated, multipart
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
+from forkpoint.engine.generated import DIGEST
+from forkpoint.engine.optional import DEFAULT_OPTIONAL
 from forkpoint.engine.redaction import DEFAULT as DEFAULT_REDACTION
 from forkpoint.engine.redaction import Redaction
 from forkpoint.models import Exchange, Headers
@@ -27,16 +35,24 @@ Normalizer = Callable[[str, str, Any], Any]
 # Fields that change between two runs of the same agent without changing what it asks: the
 # OpenAI Agents SDK sends a random `prompt_cache_key` per run when talking to api.openai.com.
 DEFAULT_VOLATILE = ("prompt_cache_key",)
+MULTIPART = "multipart/form-data"
+TEXT = "body (text)"
 
 
 @dataclass(frozen=True, slots=True)
 class MatchConfig:
-    """`volatile_fields` are dotted paths into JSON bodies; `*` stands for every list item.
-    `redaction` says which values are secrets: masked before matching, so a replay with
-    another key matches a recording made with this one."""
+    """How requests are matched.
+
+    `volatile_fields`: JSON paths the exact tier drops (`engine.fields`). `normalizers`: applied
+    in order to every body. `optional_routes`: `[METHOD ]GLOB`s of side calls that are answered
+    with an empty success when the recording lacks them (`engine.optional`). `redaction` says
+    which values are secrets: masked before matching, so a replay with another key matches a
+    recording made with this one.
+    """
 
     volatile_fields: tuple[str, ...] = DEFAULT_VOLATILE
     normalizers: tuple[Normalizer, ...] = ()
+    optional_routes: tuple[str, ...] = DEFAULT_OPTIONAL
     redaction: Redaction = DEFAULT_REDACTION
 
 
@@ -58,10 +74,26 @@ def parse_json(body: bytes, content_encoding: str | None = None) -> Any:
         return None
 
 
+def body_value(body: bytes, content_encoding: str | None, content_type: str | None) -> Any:
+    """What matching reads of a body: its JSON value; a multipart body's parts
+    (`{"multipart/form-data": [...]}`); else None (the bytes are matched as they are)."""
+    value = parse_json(body, content_encoding)
+    if value is not None:
+        return value
+    mark = multipart.boundary(content_type)
+    if mark is None:
+        return None
+    try:
+        found = multipart.parts(decode_body(body, content_encoding), mark)
+    except UndecodableBody:
+        return None
+    return None if found is None else {MULTIPART: [part.comparable() for part in found]}
+
+
 def normalized_body(method: str, route: str, value: Any, config: MatchConfig) -> Any:
     value = config.redaction.mask_value(value)
     for path in config.volatile_fields:
-        value = _drop(value, path.split("."))
+        value = fields.drop(value, path)
     for normalizer in config.normalizers:
         value = normalizer(method, route, value)
     return value
@@ -73,9 +105,13 @@ def fingerprint(
     body: bytes,
     content_encoding: str | None = None,
     config: MatchConfig = MatchConfig(),
+    *,
+    content_type: str | None = None,
 ) -> str:
     digest = hashlib.sha256(f"{method.upper()} {normalized_route(route)}\n".encode())
-    value = parse_json(body, content_encoding)
+    value = body_value(body, content_encoding, content_type)
+    if value is None and config.normalizers:  # a text body is normalized as text
+        value = _text(body, content_encoding)
     if value is None:
         digest.update(b"raw:" + config.redaction.body(body, _encoded(content_encoding)))
     else:
@@ -92,7 +128,10 @@ def fingerprint_of(
     method: str, route: str, body: bytes, headers: Headers, config: MatchConfig
 ) -> str:
     """The fingerprint of a request as it came in, whatever its body's Content-Encoding."""
-    return fingerprint(method, route, body, header(headers, "content-encoding"), config)
+    return fingerprint(
+        method, route, body, header(headers, "content-encoding"), config,
+        content_type=header(headers, "content-type"),
+    )  # fmt: skip
 
 
 def fingerprint_exchange(exchange: Exchange, config: MatchConfig) -> str:
@@ -102,87 +141,38 @@ def fingerprint_exchange(exchange: Exchange, config: MatchConfig) -> str:
     )
 
 
-def _drop(value: Any, path: list[str]) -> Any:
-    """A copy of `value` without the field at `path` (the input is left untouched)."""
-    if not path:
-        return value
-    head, rest = path[0], path[1:]
-    if isinstance(value, dict):
-        if head not in value:
-            return value
-        if not rest:
-            return {k: v for k, v in value.items() if k != head}
-        return {**value, head: _drop(value[head], rest)}
-    if isinstance(value, list) and head == "*":
-        return [_drop(item, rest) for item in value] if rest else []
-    return value
+def similar_fingerprint(method: str, route: str, value: Any) -> str:
+    """The fingerprint of a request (its `comparable` body) with what its client generates set
+    aside: two requests that differ only in ids, times, directories and the proxy's port have
+    the same one."""
+    masked_route = generated.masked_route(normalized_route(route))
+    digest = hashlib.sha256(f"{method.upper()} {masked_route}\n".encode())
+    digest.update(orjson.dumps(generated.masked(route, value), option=orjson.OPT_SORT_KEYS))
+    return digest.hexdigest()
 
 
-def comparable(
-    method: str, route: str, body: bytes, content_encoding: str | None, config: MatchConfig
-) -> Any:
-    """What matching sees of a body, as a value a diff can show (secrets masked)."""
-    body = config.redaction.body(body, _encoded(content_encoding))
-    value = parse_json(body, content_encoding)
+def comparable(method: str, route: str, body: bytes, headers: Headers, config: MatchConfig) -> Any:
+    """What matching sees of a body, as a value a diff can show: the normalized JSON (or
+    parts), else the body as text where it is text, else its size and digest."""
+    body = config.redaction.body(body, headers)
+    encoding = header(headers, "content-encoding")
+    value = body_value(body, encoding, header(headers, "content-type"))
     if value is None:
-        return {"route": normalized_route(route), "body (not JSON)": body[:200].hex()}
-    return normalized_body(method, route, value, config)
+        value = _text(body, encoding)
+    if value is not None:
+        return normalized_body(method, route, value, config)
+    return {"body (binary)": {"size": len(body), DIGEST: hashlib.sha256(body).hexdigest()}}
 
 
-# the divergence report's diff
+def comparable_exchange(exchange: Exchange, config: MatchConfig) -> Any:
+    return comparable(
+        exchange.method, exchange.route, exchange.request_body, exchange.request_headers, config
+    )
 
 
-def json_diff(recorded: Any, got: Any, *, limit: int = 20) -> list[str]:
-    """Readable differences as `path: recorded → got` lines, the first `limit` of them."""
-    lines: list[str] = []
-    _diff(recorded, got, "$", lines, limit)
-    if len(lines) > limit:
-        lines = [*lines[:limit], f"… and {len(lines) - limit} more differences"]
-    return lines
-
-
-def _diff(a: Any, b: Any, path: str, out: list[str], limit: int) -> None:
-    if len(out) > limit:
-        return
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            sub = f"{path}.{key}"
-            if key not in b:
-                out.append(f"{sub}: {_short(a[key])} → (absent)")
-            elif key not in a:
-                out.append(f"{sub}: (absent) → {_short(b[key])}")
-            else:
-                _diff(a[key], b[key], sub, out, limit)
-    elif isinstance(a, list) and isinstance(b, list):
-        for index in range(max(len(a), len(b))):
-            sub = f"{path}[{index}]"
-            if index >= len(b):
-                out.append(f"{sub}: {_short(a[index])} → (absent)")
-            elif index >= len(a):
-                out.append(f"{sub}: (absent) → {_short(b[index])}")
-            else:
-                _diff(a[index], b[index], sub, out, limit)
-    elif a != b or type(a) is not type(b):
-        out.append(f"{path}: {_short(a)} → {_short(b)}")
-
-
-def _short(value: Any, width: int = 120) -> str:
-    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def distance(recorded: Any, got: Any) -> int:
-    """How many leaves differ (capped): the measure for 'nearest recorded exchange'."""
-    lines: list[str] = []
-    _diff(recorded, got, "$", lines, 1000)
-    return len(lines)
-
-
-def nearest(got: Any, candidates: Sequence[tuple[int, Any]]) -> tuple[int, Any] | None:
-    """The candidate (step, body) closest to `got`; ties go to the earliest step."""
-    best: tuple[int, int, Any] | None = None
-    for step, body in candidates:
-        score = distance(body, got)
-        if best is None or (score, step) < (best[0], best[1]):
-            best = (score, step, body)
-    return None if best is None else (best[1], best[2])
+def _text(body: bytes, content_encoding: str | None) -> dict[str, str] | None:
+    """A body that is text, as `{"body (text)": text}`; None for bytes that are not."""
+    try:
+        return {TEXT: decode_body(body, content_encoding).decode()}
+    except (UndecodableBody, UnicodeDecodeError):
+        return None

@@ -1,7 +1,8 @@
 """A session: the proxy's live view of one run being served, and what is left to replay.
 
 A session replays its source run while it is not live: a request is answered with the earliest
-unserved recorded exchange that has its fingerprint. Its mode says when it goes live:
+unserved recorded exchange that has its fingerprint, else one that differs from it only in
+what the client generates (`engine.tiers`). Its mode says when it goes live:
 
 - `record`: from its first step.
 - `replay`: never; a request the recording lacks is a divergence (or, by policy, goes live).
@@ -15,13 +16,13 @@ cut (the agent crashed mid-stream) goes live again. A replay serves it, cut agai
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from forkpoint.engine import matching
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
+from forkpoint.engine.matching import MatchConfig
+from forkpoint.engine.tiers import Asked, Servable, Similar
 from forkpoint.models import Exchange, Mode, Origin, Run, Snapshot
 
 
@@ -41,8 +42,9 @@ class Session:
     restored_step: int | None = None
     # Per step of this run that was served from the source, the source exchange it got.
     served: dict[int, Exchange] = field(default_factory=dict)
-    _unserved: dict[str, deque[Exchange]] = field(default_factory=dict)
-    _left: int = 0
+    _servable: Servable | None = None
+    _match: MatchConfig | None = None
+    _after_fork: Servable | None = None  # a fork's parent from its fork step, on first need
     _append: int = 0  # a resume's next step to write
 
     @classmethod
@@ -114,38 +116,65 @@ class Session:
         self.source = list(source)
         self._append = _after(source)
         self.live = self.fork_step == 0 or (self.mode is Mode.RESUME and not served)
-        self._unserved.clear()
-        self._left = len(served)
-        for exchange in served:
-            exchange.fingerprint = matching.fingerprint_exchange(exchange, config.match)
-            self._unserved.setdefault(exchange.fingerprint, deque()).append(exchange)
+        self._servable = Servable(served, config.match)
+        self._match = config.match
 
     def take(self, key: str, *, before: int | None = None) -> Exchange | None:
         """The earliest unserved recorded exchange with this fingerprint (and a step < before)."""
-        queue = self._unserved.get(key)
-        if not queue or (before is not None and queue[0].step >= before):
+        return None if self._servable is None else self._servable.take(key, before=before)
+
+    def take_similar(self, asked: Asked, *, before: int | None = None) -> Similar | None:
+        """The earliest unserved recorded exchange that differs from the request only in what
+        its client generates (and a step < before)."""
+        if self._servable is None:
             return None
-        self._left -= 1
-        return queue.popleft()
+        return self._servable.take_similar(asked, before=before)
 
     @property
     def exhausted(self) -> bool:
-        """Every exchange the session may serve has been served (or skipped)."""
-        return self._left == 0
+        """Every exchange the session must serve has been served (or skipped); what is left
+        is optional (telemetry a resumed agent need not send again)."""
+        return self._servable is None or self._servable.left == 0
 
     def unserved(self) -> list[Exchange]:
-        return sorted((e for q in self._unserved.values() for e in q), key=lambda e: e.step)
+        return [] if self._servable is None else self._servable.unserved()
+
+    def optional(self, exchange: Exchange) -> bool:
+        return self._servable is not None and self._servable.optional(exchange)
+
+    def made_after_fork(self, asked: Asked) -> bool:
+        """Whether the parent of a fork made this request at or after the fork step: made
+        sooner this time (agents make side calls concurrently), it belongs to the branch."""
+        if self.fork_step is None or self._match is None:
+            return False
+        if self._after_fork is None:  # every step the parent made from there, answered or not
+            later = [e for e in self.source if e.step >= self.fork_step]
+            self._after_fork = Servable(later, self._match)
+        return self._after_fork.holds(asked, from_step=self.fork_step)
+
+    def already_served(self, asked: Asked) -> list[tuple[int, Exchange]]:
+        """(this run's step, recorded exchange) of each served exchange the request matches,
+        exactly or but for what its client generates: asked again, it has nothing left."""
+        servable = self._servable
+        if servable is None:
+            return []
+        similar = None
+        found = []
+        for step, exchange in sorted(self.served.items()):
+            if exchange.fingerprint != asked.key:
+                similar = similar or asked.similar_key
+                if servable.similar_of(exchange) != similar:
+                    continue
+            found.append((step, exchange))
+        return found
 
     def skip_to(self, step: int) -> list[Exchange]:
         """The agent goes on from `step` (its state was restored there): the source steps
         before it are no longer served; returns them."""
         self.next_step = self.restored_step = step
         skipped = [e for e in self.source if e.step < step]
-        for exchange in skipped:
-            queue = self._unserved.get(exchange.fingerprint)
-            if queue and exchange in queue:
-                queue.remove(exchange)
-                self._left -= 1
+        if self._servable is not None:
+            self._servable.remove(skipped)
         return skipped
 
     def go_live(self, step: int) -> None:

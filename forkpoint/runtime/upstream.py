@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from forkpoint.doors.ports import UpstreamResponse
+from forkpoint.doors.ports import UpstreamResponse, UpstreamSocket
 from forkpoint.engine.encoding import decode_headers
+from forkpoint.engine.frames import Frame
 from forkpoint.errors import ConfigError, UpstreamError
 from forkpoint.models import Headers
 
@@ -39,6 +40,62 @@ class _AiohttpResponse:
 
     def release(self) -> None:
         self._response.release()
+
+
+class _AiohttpSocket:
+    """An upstream websocket: messages whole, pings answered by aiohttp."""
+
+    def __init__(self, socket: aiohttp.ClientWebSocketResponse, headers: Headers):
+        self._socket = socket
+        self.status = 101
+        self.headers = headers
+        self.protocol = socket.protocol
+        self.close_code, self.close_reason = 1005, ""
+
+    async def messages(self) -> AsyncIterator[Frame]:
+        while True:
+            message = await self._socket.receive()
+            if message.type is aiohttp.WSMsgType.TEXT:
+                yield Frame(message.data.encode())
+            elif message.type is aiohttp.WSMsgType.BINARY:
+                yield Frame(message.data, binary=True)
+            elif message.type is aiohttp.WSMsgType.ERROR:
+                raise UpstreamError(f"upstream websocket broke: {self._socket.exception()}")
+            else:  # CLOSE, CLOSING, CLOSED
+                if message.type is aiohttp.WSMsgType.CLOSE and isinstance(message.extra, str):
+                    self.close_reason = message.extra
+                self.close_code = self._socket.close_code or 1005
+                return
+
+    async def send(self, frame: Frame) -> None:
+        if frame.binary:
+            await self._socket.send_bytes(frame.data)
+        else:
+            await self._socket.send_str(frame.data.decode(errors="replace"))
+
+    async def close(self) -> None:
+        await self._socket.close()
+
+
+@dataclass
+class _RefusedSocket:
+    """An upstream that answered a websocket handshake with something other than 101."""
+
+    status: int
+    headers: Headers
+    protocol: str | None = None
+    close_code: int = 1006
+    close_reason: str = ""
+
+    async def messages(self) -> AsyncIterator[Frame]:
+        return
+        yield
+
+    async def send(self, frame: Frame) -> None:
+        raise UpstreamError("the upstream refused the websocket")
+
+    async def close(self) -> None:
+        pass
 
 
 def tls_context(*, extra_ca: str | None = None, verify: bool = True) -> ssl.SSLContext | bool:
@@ -97,6 +154,23 @@ class AiohttpSender:
             raise UpstreamError(f"cannot reach upstream {url}: {error}") from error
         return _AiohttpResponse(response)
 
+    async def websocket(
+        self, url: str, headers: Headers, protocols: tuple[str, ...]
+    ) -> UpstreamSocket:
+        try:
+            socket = await self._client().ws_connect(
+                url, headers=list(headers), protocols=protocols, max_msg_size=0
+            )
+        except aiohttp.WSServerHandshakeError as error:
+            refused = tuple((k, v) for k, v in (error.headers or {}).items())
+            return _RefusedSocket(error.status, refused)
+        except (TimeoutError, aiohttp.ServerTimeoutError) as error:
+            raise UpstreamError(f"upstream {url} did not answer in time", timeout=True) from error
+        except aiohttp.ClientError as error:
+            raise UpstreamError(f"cannot reach upstream {url}: {error}") from error
+        assert socket._response is not None  # aiohttp keeps the handshake's response
+        return _AiohttpSocket(socket, decode_headers(socket._response.raw_headers))
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
@@ -139,6 +213,11 @@ class MockSender:
         self.sent.append((method, url, headers, body))
         status, response_headers, chunks = await self._handler(method, url, headers, body)
         return _MockResponse(status, response_headers, chunks)
+
+    async def websocket(
+        self, url: str, headers: Headers, protocols: tuple[str, ...]
+    ) -> UpstreamSocket:
+        raise UpstreamError(f"the mock sender opens no websockets ({url})")
 
     async def close(self) -> None:
         pass

@@ -34,7 +34,7 @@ from forkpoint.testing.record_mode import RecordMode
 
 # What `@pytest.mark.forkpoint(...)` takes.
 MARKER_OPTIONS = (
-    "cassette", "upstream", "routes", "volatile_fields", "pace",
+    "cassette", "upstream", "routes", "ignore", "normalize", "optional", "pace",
     "fork_at", "model", "system_prompt", "mocks", "on_divergence",
 )  # fmt: skip
 SETTLE_TIMEOUT = 10.0  # s to wait for requests still in flight when a test reads its run
@@ -97,7 +97,9 @@ def options_for(
         options=Options(
             upstream=chosen,
             routes={**routes, **dict(marker_kwargs.get("routes") or {})},
-            volatile_fields=tuple(marker_kwargs.get("volatile_fields", ())),
+            ignore=tuple(marker_kwargs.get("ignore", ())),
+            normalize=tuple(marker_kwargs.get("normalize", ())),
+            optional=tuple(marker_kwargs.get("optional", ())),
             pace=Pace.parse(str(marker_kwargs.get("pace", "fast"))),
             name=name,
             on_divergence=OnDivergence(marker_kwargs.get("on_divergence", "fail")),

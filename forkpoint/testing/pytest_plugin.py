@@ -54,8 +54,8 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "forkpoint(cassette=None, *, upstream=None, routes=None, volatile_fields=(), "
-        "pace='fast'): serve the test's API traffic from a forkpoint cassette.",
+        "forkpoint(cassette=None, *, upstream=None, routes=None, ignore=(), normalize=(), "
+        "optional=(), pace='fast'): serve the test's API traffic from a forkpoint cassette.",
     )
     from forkpoint.errors import ConfigError
     from forkpoint.testing.record_mode import RecordMode

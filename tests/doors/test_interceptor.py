@@ -10,7 +10,6 @@ import asyncio
 import base64
 import json
 import logging
-import os
 import socket
 import ssl
 import time
@@ -21,6 +20,8 @@ from typing import Any
 import certifi
 import pytest
 import requests
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from forkpoint.api.mocks import parse_mock
 from forkpoint.cassettes.sqlite.store import SqliteStore
@@ -281,31 +282,54 @@ def test_a_client_that_does_not_trust_the_ca_fails_and_nothing_is_recorded(
     assert nothing_recorded(proxy, store, run)
 
 
-def test_websockets_pass_through_unrecorded(intercepting, services, confdir, store, caplog):
+def talk(proxy: ProxyThread, confdir: Path, url: str, run: str) -> list[object]:
+    """A websocket client through the interceptor: a greeting, two texts, bytes, then a close
+    the server makes."""
+    context = ssl.create_default_context(cafile=certs.ca_cert(confdir))
+    interceptor = proxy.proxy.interceptor
+    assert interceptor is not None
+    heard: list[object] = []
+    with connect(
+        url.replace("https://", "wss://") + "/ws", ssl=context, proxy=interceptor.url,
+        additional_headers={"X-Forkpoint-Run": run}, open_timeout=5,
+    ) as socket:  # fmt: skip
+        heard.append(socket.recv(timeout=5))
+        for text in ("hi", "there"):
+            socket.send(text)
+            heard.append(socket.recv(timeout=5))
+        socket.send(b"\x01\x02\x03")
+        heard.append(socket.recv(timeout=5))
+        socket.send("quit")
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=5)
+        heard.append((closed.value.rcvd.code, closed.value.rcvd.reason) if closed.value.rcvd else None)
+    return heard
+
+
+def test_websockets_are_recorded_and_replayed_message_by_message(
+    intercepting, services, confdir, store
+):
     tools = services()
     proxy = intercepting()
     run = proxy.record().run.id
-    host, port = tools.url.removeprefix("https://").split(":")
-    context = ssl.create_default_context(cafile=certs.ca_cert(confdir))
-    with (
-        caplog.at_level(logging.WARNING, logger="forkpoint.doors.interceptor"),
-        context.wrap_socket(tunnel(proxy, host, int(port)), server_hostname=host) as tls,
-    ):
-        key = base64.b64encode(os.urandom(16)).decode()
-        tls.sendall(
-            f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
-        )
-        assert read_until(tls, b"\r\n\r\n").startswith(b"HTTP/1.1 101")
-        mask = os.urandom(4)  # a client's frames are masked: a text frame saying "hi"
-        tls.sendall(
-            bytes([0x81, 0x82]) + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(b"hi"))
-        )
-        _, length = read_exact(tls, 2)
-        assert read_exact(tls, length) == b"echo hi"
-    wait_for(lambda: "websocket" in caplog.text and "passes through unrecorded" in caplog.text)
-    assert nothing_recorded(proxy, store, run)
+    heard = talk(proxy, confdir, tools.url, run)
+    assert heard == ["hello from tools", "echo hi 1", "echo there 2", b"\x03\x02\x01", (4000, "bye")]
+    authority = tools.url.removeprefix("https://")
+    exchanges = recorded(proxy, store, run)
+    assert [(e.method, e.route, e.status) for e in exchanges] == [
+        ("GET", f"/{authority}/ws", 101),
+        *[("WS", f"/{authority}/ws", 101)] * 4,
+    ]
+    upgrade, hi, _, binary, quit_ = exchanges
+    assert [c.data for c in upgrade.chunks or []] == [b"hello from tools"]
+    assert (hi.request_body, hi.response_body) == (b"hi", b"echo hi 1")
+    assert dict(binary.request_headers)["websocket-message"] == "binary"
+    assert dict(quit_.response_headers)["websocket-close"] == "4000 bye"
+    tools.stop()
+
+    replay = proxy.replay(run).run.id
+    assert talk(proxy, confdir, tools.url, replay) == heard  # offline: the service is gone
+    assert {e.origin for e in recorded(proxy, store, replay)} == {Origin.REPLAYED}
 
 
 def test_non_http_traffic_passes_through_unrecorded(intercepting, confdir, store, caplog):

@@ -157,7 +157,8 @@ def test_an_exhausted_recording_diverges_rather_than_repeating():
     assert isinstance(decide(session, post("/v1/chat/completions", chat("once")), CONFIG), Serve)
     again = decide(session, post("/v1/chat/completions", chat("once")), CONFIG)
     assert isinstance(again, Fail)
-    assert "no unserved POST request" in orjson.loads(again.body)["error"]["message"]
+    message = orjson.loads(again.body)["error"]["message"]
+    assert "were all served already: step 0 (to step 0)" in message
 
 
 def test_volatile_fields_and_normalizers_are_ignored_by_matching():

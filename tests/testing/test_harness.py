@@ -51,13 +51,14 @@ def test_the_marker_wins_over_the_command_line(monkeypatch):
     )  # fmt: skip
     setup = options_for(
         ("shared.yaml",), {"upstream": "http://marker", "routes": {"tools": "http://tools"},
-        "volatile_fields": ["user"], "pace": "x2"},
+        "ignore": ["user"], "normalize": ["id=\\d+"], "optional": ["/t/*"], "pace": "x2"},
         default=default, record="rewrite", upstream="http://cli", name="n",
     )  # fmt: skip
     options = setup.options
     assert setup.cassette == Path("/t/cassettes/test_m/shared.yaml")
     assert dict(options.routes) == {"anthropic": "http://marker", "tools": "http://tools"}
-    assert (options.volatile_fields, options.pace.factor, setup.record) == (
+    assert (options.normalize, options.optional) == (("id=\\d+",), ("/t/*",))
+    assert (options.ignore, options.pace.factor, setup.record) == (
         ("user",),
         2.0,
         RecordMode.ALL,

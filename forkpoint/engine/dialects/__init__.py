@@ -20,6 +20,7 @@ from forkpoint.engine.dialects.openai_completions import OpenAICompletions
 from forkpoint.engine.dialects.openai_embeddings import OpenAIEmbeddings
 from forkpoint.engine.dialects.openai_responses import OpenAIResponses
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
+from forkpoint.engine.frames import WS, sse_of
 from forkpoint.models import Exchange, Headers, Summary
 
 __all__ = [
@@ -92,10 +93,15 @@ def summarize_exchange(exchange: Exchange) -> Summary:
     request_json = _read.loads(request_body) if request_body else None
     if exchange.model_sent and isinstance(request_json, dict):
         request_json = {**request_json, "model": exchange.model_sent}
+    if exchange.method == WS:  # its server messages are the events an SSE stream carries
+        response, streamed = sse_of(exchange), True
+    else:
+        response = _decoded(exchange.response_body, exchange.response_headers)
+        streamed = exchange.streamed
     return dialect.summarize(
         request_json,
-        _decoded(exchange.response_body, exchange.response_headers),
-        streamed=exchange.streamed,
+        response,
+        streamed=streamed,
         status=exchange.status,
     )
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from forkpoint.engine.dialects import _read as r
 from forkpoint.engine.dialects._base import LlmDialect
+from forkpoint.engine.frames import WS
 from forkpoint.models import Kind, Summary, ToolCall, Usage
 
 _CALL_TYPES = {"function_call": "arguments", "custom_tool_call": "input"}
@@ -22,7 +23,8 @@ class OpenAIResponses(LlmDialect):
     name = "openai_responses"
 
     def claims(self, method: str, path: str) -> bool:
-        return method.upper() == "POST" and path.rstrip("/").endswith("/responses")
+        """A POST, or a websocket message (Codex's default transport) to `…/responses`."""
+        return method.upper() in ("POST", WS) and path.rstrip("/").endswith("/responses")
 
     def summarize_stream(self, request_json: object | None, body: bytes) -> Summary:
         return _summarize_stream(request_json, body)
