@@ -45,7 +45,7 @@ def record_then_replay(pytester, monkeypatch, upstream, *args, passed: int) -> N
 
 
 def test_the_openai_client_streaming_and_not(inner, monkeypatch, start_upstream):
-    upstream = start_upstream(ScriptedUpstream(chunk_delay=0.002))
+    upstream = start_upstream(ScriptedUpstream(chunk_delay=0.01))
     inner.makepyfile(
         test_openai=SEEN
         + textwrap.dedent(
