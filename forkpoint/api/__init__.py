@@ -5,7 +5,7 @@ from forkpoint.api.changes import make_change
 from forkpoint.api.commands import afork, arecord, areplay, aresume, fork, record, replay, resume
 from forkpoint.api.experiments import ExperimentSpec, aexperiment, experiment
 from forkpoint.api.mocks import mock, parse_mock
-from forkpoint.api.options import Options, cassette_path, engine_config
+from forkpoint.api.options import Options, engine_config, store_location
 from forkpoint.api.reading import (
     diff,
     experiment_list,
@@ -33,7 +33,6 @@ __all__ = [
     "areplay",
     "aresume",
     "aserve",
-    "cassette_path",
     "diff",
     "engine_config",
     "experiment",
@@ -52,4 +51,5 @@ __all__ = [
     "serve",
     "show",
     "snapshots",
+    "store_location",
 ]

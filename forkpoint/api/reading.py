@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from forkpoint.api.options import Options, cassette_path
+from forkpoint.api.options import Options, store_location
 from forkpoint.api.results import Imported, RunRecord, RunSnapshots
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.cassettes.store import StoredExperiment
+from forkpoint.cassettes.open import open_store
+from forkpoint.cassettes.store import Store, StoredExperiment
 from forkpoint.cassettes.transfer import dump_run, load_file
 from forkpoint.compare.diff import RunDiff, diff_stored
 from forkpoint.compare.experiment_results import Experiment, load_experiment
@@ -31,9 +31,9 @@ __all__ = [
 
 
 @contextmanager
-def opened(options: Options, *, create: bool = False) -> Iterator[SqliteStore]:
-    """The options' cassette, closed after use; a reader never creates one."""
-    store = SqliteStore(cassette_path(options.cassette), create=create)
+def opened(options: Options, *, write: bool = False) -> Iterator[Store]:
+    """The options' cassette, closed after use; a reader never creates one, nor writes."""
+    store = open_store(store_location(options.cassette), create=write, read_only=not write)
     try:
         yield store
     finally:
@@ -102,7 +102,7 @@ def import_run(
     the cassette as a new run; `routes` map a URL back to a route prefix, as `--route` does."""
     run, exchanges = load_file(Path(path), fmt=fmt, routes=routes)
     imported = replace(run, name=name or run.name)
-    with opened(options, create=True) as store:
+    with opened(options, write=True) as store:
         store.create_run(imported)
         store.add_exchanges(replace(e, run_id=imported.id) for e in exchanges)
     return Imported(imported, len(exchanges))
