@@ -72,7 +72,7 @@ from forkpoint.engine.lifecycle import (
 from forkpoint.engine.mocks import MockRequest
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.websocket import opens
-from forkpoint.errors import ConfigError, UpstreamError
+from forkpoint.errors import CassetteError, ConfigError, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +120,14 @@ class Gateway:
             return _error(request.method, route, 400, f"forkpoint: {error}", "forkpoint_run")
         if route.startswith(CONTROL_PREFIX):
             return await self.control.handle(request, session, route, body)
+        try:
+            step = await self.sessions.allocate(session)
+        except CassetteError as error:
+            message = f"forkpoint: no step for this request in run {session.run.id}: {error}"
+            log.warning("%s", message)
+            return _error(request.method, route, 503, message, "forkpoint_store")
         ours = Request(request.method, route, decode_headers(request.raw_headers), body)
-        action = decide(session, ours, config)
+        action = decide(session, ours, config, step=step)
         events = None
         if is_upgrade(ours.headers) and isinstance(action, Serve | Forward) and opens(action):
             opened = await self.sockets.open(request, session, ours, action, config)
