@@ -21,5 +21,10 @@ def open_store(
     location: str | os.PathLike[str], *, create: bool = True, read_only: bool = False
 ) -> Store:
     """The store at `location`. `create=False` refuses to make a new one; `read_only` opens
-    it for reading and never writes to it (the reading commands)."""
+    it for reading and never writes to it (the reading commands). A PostgreSQL store is made
+    on first use whatever `create` says: a database has no file to mistype."""
+    if is_postgres(location):
+        from forkpoint.cassettes.postgres import PostgresStore  # an optional extra
+
+        return PostgresStore(os.fspath(location), read_only=read_only)
     return SqliteStore(os.fspath(location), create=create, read_only=read_only)

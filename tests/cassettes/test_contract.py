@@ -28,16 +28,23 @@ from forkpoint.models import (
     ToolCall,
     Usage,
 )
+from tests.pg import postgres_url as postgres_url  # the fixture
 
-STORES = ["memory", "sqlite"]
+STORES = ["memory", "sqlite", "postgres"]
 
 
 @pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """One empty store of each implementation."""
-    opened: Store = (
-        SqliteStore(tmp_path / "contract.db") if request.param == "sqlite" else MemoryStore()
-    )
+    opened: Store
+    if request.param == "postgres":
+        from forkpoint.cassettes.postgres import PostgresStore
+
+        opened = PostgresStore(request.getfixturevalue("postgres_url"))
+    elif request.param == "sqlite":
+        opened = SqliteStore(tmp_path / "contract.db")
+    else:
+        opened = MemoryStore()
     yield opened
     opened.close()
 
