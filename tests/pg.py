@@ -8,6 +8,7 @@ FORKPOINT_TEST_POSTGRES=required (CI, and the machines that run one): then they 
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -44,7 +45,23 @@ def postgres_url() -> Iterator[str]:
     schema = f"test_{uuid.uuid4().hex[:16]}"
     with admin:
         admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield in_schema(SERVER, schema)
+    finally:
+        _drop(schema)
+
+
+def _drop(schema: str) -> None:
+    """On a new connection: a test may have restarted the server."""
+    import psycopg
+
+    deadline = time.monotonic() + 60
+    while True:
         try:
-            yield in_schema(SERVER, schema)
-        finally:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+            with psycopg.connect(SERVER, autocommit=True, connect_timeout=5) as admin:
+                admin.execute(f"DROP SCHEMA {schema} CASCADE")
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
