@@ -15,6 +15,7 @@ class PostgresStore(PostgresRuns, PostgresExperiments):
     (libpq's `options=-csearch_path=NAME` picks another). `read_only` never writes."""
 
     def __init__(self, url: str, *, read_only: bool = False, retry_for: float = RETRY_FOR):
+        self.location = url  # where it is: another process (a writer) opens it again from it
         self._db = Database(url, read_only=read_only, retry_for=retry_for)
         self.label = self._db.label
         self._packer = Packer()

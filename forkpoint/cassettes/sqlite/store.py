@@ -32,6 +32,7 @@ class SqliteStore(SqliteRuns, SqliteExperiments):
         busy_timeout_ms: int = 5000,
     ):
         self.path = Path(path)
+        self.location = str(self.path)  # where it is: another process opens it again from it
         self._db = Connection(
             self.path, create=create, read_only=read_only, busy_timeout_ms=busy_timeout_ms
         )
