@@ -17,6 +17,7 @@ from forkpoint.cassettes.store import Store, StoredExperiment
 from forkpoint.cassettes.transfer import dump_run, load_file
 from forkpoint.compare.diff import RunDiff, diff_stored
 from forkpoint.compare.experiment_results import Experiment, load_experiment
+from forkpoint.errors import CassetteError
 
 __all__ = [
     "diff",
@@ -40,17 +41,27 @@ def opened(options: Options, *, write: bool = False) -> Iterator[Store]:
         store.close()
 
 
-def runs(options: Options = Options()) -> list[RunRecord]:
-    """Every run with its exchanges (without bodies), oldest first."""
+def runs(
+    options: Options = Options(), *, damaged: list[CassetteError] | None = None
+) -> list[RunRecord]:
+    """Every run with its exchanges (without bodies), oldest first. A damaged cassette
+    raises a CassetteError naming the run and step; with `damaged`, what does not read is
+    left out and its error added there."""
     with opened(options) as store:
-        return [RunRecord(run, store.exchanges(run.id, bodies=False)) for run in store.list_runs()]
+        return [
+            RunRecord(run, store.exchanges(run.id, bodies=False, damaged=damaged))
+            for run in store.list_runs(damaged=damaged)
+        ]
 
 
-def show(run: str, options: Options = Options()) -> RunRecord:
-    """A run (id, id prefix or name) with its exchanges, without bodies."""
+def show(
+    run: str, options: Options = Options(), *, damaged: list[CassetteError] | None = None
+) -> RunRecord:
+    """A run (id, id prefix or name) with its exchanges, without bodies; `damaged` as for
+    `runs`."""
     with opened(options) as store:
         found = store.find_run(run)
-        return RunRecord(found, store.exchanges(found.id, bodies=False))
+        return RunRecord(found, store.exchanges(found.id, bodies=False, damaged=damaged))
 
 
 def snapshots(run: str, options: Options = Options()) -> RunSnapshots:

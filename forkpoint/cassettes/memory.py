@@ -83,7 +83,8 @@ class MemoryStore:
             raise RunNotFound(f"{ref!r} matches several runs; give more of the id", run_id=ref)
         raise RunNotFound(f"no run {ref!r} in {self.label}", run_id=ref)
 
-    def list_runs(self) -> list[Run]:
+    def list_runs(self, *, damaged: list[CassetteError] | None = None) -> list[Run]:
+        """Every run (none is ever damaged here)."""
         with self._lock:
             self._open()
             return [copy.deepcopy(run) for _, run in sorted(self._runs.items())]
@@ -141,7 +142,9 @@ class MemoryStore:
             steps = self._exchanges.get(run_id, {})
             return {step: content_hash(e.response_body) for step, e in steps.items()}
 
-    def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
+    def exchanges(
+        self, run_id: str, *, bodies: bool = True, damaged: list[CassetteError] | None = None
+    ) -> list[Exchange]:
         """A run's exchanges in step order; bodies are always there (they cost nothing here)."""
         with self._lock:
             self._open()

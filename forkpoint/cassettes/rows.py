@@ -59,6 +59,21 @@ def read[T](where: str, what: str, convert: Callable[[], T]) -> T:
         raise damaged(where, what, error) from None
 
 
+def readable[R, T](
+    rows: Sequence[R], convert: Callable[[R], T], damaged: list[CassetteError] | None
+) -> list[T]:
+    """Each row converted; a damaged one raises, or with `damaged` is left out, said there."""
+    if damaged is None:
+        return [convert(row) for row in rows]
+    found = []
+    for row in rows:
+        try:
+            found.append(convert(row))
+        except CassetteError as error:
+            damaged.append(error)
+    return found
+
+
 def dump_json(value: object) -> str:
     return orjson.dumps(value).decode()
 

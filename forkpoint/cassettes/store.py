@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple, Protocol
 
+from forkpoint.errors import CassetteError
 from forkpoint.models import Exchange, Run, RunStatus, Snapshot
 
 
@@ -61,8 +62,9 @@ class RunStore(Protocol):
         or more; raises RunNotFound."""
         ...
 
-    def list_runs(self) -> list[Run]:
-        """Every run, oldest first (by id)."""
+    def list_runs(self, *, damaged: list[CassetteError] | None = None) -> list[Run]:
+        """Every run, oldest first (by id). With `damaged`, a run whose row does not read is
+        left out and its error added there, so a reader shows what it can; else it raises."""
         ...
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
@@ -74,9 +76,12 @@ class RunStore(Protocol):
         the bodies."""
         ...
 
-    def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
+    def exchanges(
+        self, run_id: str, *, bodies: bool = True, damaged: list[CassetteError] | None = None
+    ) -> list[Exchange]:
         """A run's exchanges in step order; `bodies=False` may skip loading request/response
-        bytes (and a stream's chunk bytes)."""
+        bytes (and a stream's chunk bytes). A step that does not read raises a CassetteError
+        naming it, or with `damaged` is left out and its error added there."""
         ...
 
     def step_count(self, run_id: str) -> int: ...

@@ -23,6 +23,7 @@ from forkpoint.cassettes.rows import (
     exchange_from_row,
     exchange_values,
     like_prefix,
+    readable,
     run_from_row,
     run_values,
     snapshot_from_row,
@@ -110,11 +111,11 @@ class PostgresRuns:
             raise RunNotFound(f"{ref!r} matches several runs; give more of the id", run_id=ref)
         raise RunNotFound(f"no run {ref!r} in {self.label} (see: forkpoint runs)", run_id=ref)
 
-    def list_runs(self) -> list[Run]:
+    def list_runs(self, *, damaged: list[CassetteError] | None = None) -> list[Run]:
         rows = self._db.run(
             lambda conn: conn.execute(f"SELECT {_RUNS} FROM runs ORDER BY id").fetchall()
         )
-        return [run_from_row(row) for row in rows]
+        return readable(rows, run_from_row, damaged)
 
     def step_count(self, run_id: str) -> int:
         row = self._db.run(lambda conn: conn.execute(
@@ -224,7 +225,9 @@ class PostgresRuns:
         rows = self._db.run(lambda conn: conn.execute(query, (run_id,)).fetchall())
         return dict(rows)
 
-    def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
+    def exchanges(
+        self, run_id: str, *, bodies: bool = True, damaged: list[CassetteError] | None = None
+    ) -> list[Exchange]:
         def work(conn: psycopg.Connection) -> list[Exchange]:
             rows = conn.execute(
                 f"SELECT {_EXCHANGES} FROM exchanges WHERE run_id=%s ORDER BY step", (run_id,)
@@ -238,12 +241,14 @@ class PostgresRuns:
                 self._bodies(conn, (m for r in rows for m in (r[_REQUEST_AT], r[_RESPONSE_AT])))
                 if bodies else {}
             )  # fmt: skip
-            result = []
-            for row in rows:
+
+            def read(row: tuple[object, ...]) -> Exchange:
                 where = f"run {run_id} step {row[1]}"
-                request = self._body(row[_REQUEST_AT], found, where) if bodies else b""
-                response = self._body(row[_RESPONSE_AT], found, where) if bodies else b""
-                result.append(exchange_from_row(row, request, response))
+                request = self._body(row[_REQUEST_AT], found, where) if bodies else b""  # type: ignore[arg-type]
+                response = self._body(row[_RESPONSE_AT], found, where) if bodies else b""  # type: ignore[arg-type]
+                return exchange_from_row(row, request, response)
+
+            result = readable(rows, read, damaged)
             by_step: dict[int, list[tuple[float, int]]] = {}
             for step, offset_ms, size in sizes:
                 by_step.setdefault(step, []).append((offset_ms, size))

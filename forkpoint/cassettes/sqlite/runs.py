@@ -25,6 +25,7 @@ from forkpoint.cassettes.rows import (
     exchange_from_row,
     exchange_values,
     like_prefix,
+    readable,
     run_from_row,
     run_values,
     snapshot_from_row,
@@ -105,10 +106,10 @@ class SqliteRuns:
             raise RunNotFound(f"{ref!r} matches several runs; give more of the id", run_id=ref)
         raise RunNotFound(f"no run {ref!r} in {self.path} (see: forkpoint runs)", run_id=ref)
 
-    def list_runs(self) -> list[Run]:
+    def list_runs(self, *, damaged: list[CassetteError] | None = None) -> list[Run]:
         with self._db.reading() as conn:
             rows = conn.execute(f"SELECT {_RUNS} FROM runs ORDER BY id").fetchall()
-        return [run_from_row(row) for row in rows]
+        return readable(rows, run_from_row, damaged)
 
     def step_count(self, run_id: str) -> int:
         with self._db.reading() as conn:
@@ -207,7 +208,9 @@ class SqliteRuns:
             query = "SELECT step, response_body FROM exchanges WHERE run_id=?"
             return dict(conn.execute(query, (run_id,)).fetchall())
 
-    def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
+    def exchanges(
+        self, run_id: str, *, bodies: bool = True, damaged: list[CassetteError] | None = None
+    ) -> list[Exchange]:
         with self._db.reading() as conn:
             rows = conn.execute(
                 f"SELECT {_EXCHANGES} FROM exchanges WHERE run_id=? ORDER BY step", (run_id,)
@@ -217,12 +220,14 @@ class SqliteRuns:
                 "ORDER BY step, seq",
                 (run_id,),
             ).fetchall()
-            result = []
-            for row in rows:
+
+            def read(row: tuple[object, ...]) -> Exchange:
                 where = f"run {run_id} step {row[1]}"
-                request = self._body(conn, row[_REQUEST_AT], where) if bodies else b""
-                response = self._body(conn, row[_RESPONSE_AT], where) if bodies else b""
-                result.append(exchange_from_row(row, request, response))
+                request = self._body(conn, row[_REQUEST_AT], where) if bodies else b""  # type: ignore[arg-type]
+                response = self._body(conn, row[_RESPONSE_AT], where) if bodies else b""  # type: ignore[arg-type]
+                return exchange_from_row(row, request, response)
+
+            result = readable(rows, read, damaged)
         by_step: dict[int, list[tuple[float, int]]] = {}
         for step, offset_ms, size in chunk_sizes:
             by_step.setdefault(step, []).append((offset_ms, size))
