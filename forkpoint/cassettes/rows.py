@@ -7,11 +7,12 @@ is a damaged cassette: the error names the run and step, never a bare traceback.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
 
+from forkpoint.cassettes import manifests
 from forkpoint.errors import CassetteError
 from forkpoint.models import (
     Chunk,
@@ -221,3 +222,86 @@ def snapshot_values(snapshot: Snapshot, body: str) -> tuple[Any, ...]:
 def snapshot_from_row(row: Sequence[Any], data: bytes) -> Snapshot:
     run_id, step, adapter, content_type, _, size, error, taken_at, duration_ms = row
     return Snapshot(run_id, step, adapter, content_type, data, error, taken_at, duration_ms, size)
+
+
+Fetch = Callable[[list[str]], Iterable[tuple[str, str, bytes]]]  # hashes -> (hash, codec, data)
+
+
+def exchanges_from_rows(
+    rows: Sequence[Sequence[Any]], chunk_sizes: Iterable[Sequence[Any]], fetch: Fetch, *,
+    bodies: bool, damaged: list[CassetteError] | None,
+) -> list[Exchange]:  # fmt: skip
+    """A run's exchanges from its rows in step order, its (step, offset_ms, size) chunk rows,
+    and `fetch` for the blobs their bodies name (all fetched at once, each decompressed once).
+    A damaged row raises, or with `damaged` is left out and said there."""
+    if bodies:
+        planned = _planned(rows)
+        found = manifests.fetch_in_chunks(
+            manifests.wanted(h for plan in planned for h in (plan[1], plan[2])), fetch
+        )
+        result = readable(planned, lambda plan: _with_bodies(plan, found), damaged)
+    else:
+        result = readable(rows, lambda row: exchange_from_row(row, b"", b""), damaged)
+    by_step: dict[int, list[tuple[float, int]]] = {}
+    for step, offset_ms, size in chunk_sizes:
+        by_step.setdefault(step, []).append((offset_ms, size))
+    for exchange in result:
+        if exchange.chunks is not None:
+            exchange.chunks = cut_chunks(exchange.response_body, by_step.get(exchange.step, []))
+    return result
+
+
+_Plan = tuple[Sequence[Any], list[str], list[str], CassetteError | None]
+
+
+def _planned(rows: Sequence[Sequence[Any]]) -> list[_Plan]:
+    """Each row with its bodies' hashes, requests resolved in step order."""
+    reader = manifests.Bodies()
+    planned: list[_Plan] = []
+    for row in rows:
+        try:
+            request = reader.request(row[_X["step"]], row[_X["request_body"]])
+            response = reader.other(row[_X["response_body"]])
+            planned.append((row, request, response, None))
+        except ValueError as error:
+            problem = damaged(_where(row), "its body's list of blobs", error)
+            planned.append((row, [], [], problem))
+    return planned
+
+
+def _with_bodies(plan: _Plan, found: manifests.Blobs) -> Exchange:
+    row, request, response, problem = plan
+    if problem is not None:
+        raise problem
+    return exchange_from_row(row, _join(found, request, _where(row)),
+                             _join(found, response, _where(row)))  # fmt: skip
+
+
+def _join(found: manifests.Blobs, hashes: list[str], where: str) -> bytes:
+    try:
+        return found.join(hashes)
+    except KeyError as missing:
+        raise damaged(where, "a body", f"blob {missing} is missing") from None
+    except ValueError as error:
+        raise damaged(where, "a body", error) from None
+
+
+def _where(row: Sequence[Any]) -> str:
+    return f"run {row[_X['run_id']]} step {row[_X['step']]}"
+
+
+def snapshots_from_rows(
+    rows: Sequence[Sequence[Any]], fetch: Fetch, *, data: bool
+) -> list[Snapshot]:
+    """Snapshots from their rows (SNAPSHOT_COLUMNS order), states loaded with `data`."""
+    if not data:
+        return [snapshot_from_row(row, b"") for row in rows]
+    planned = []
+    for row in rows:
+        where = f"run {row[0]} step {row[1]} (snapshot {row[2]})"
+        try:
+            planned.append((row, manifests.Bodies.other(row[4]), where))
+        except ValueError as error:
+            raise damaged(where, "its state's list of blobs", error) from None
+    found = manifests.fetch_in_chunks(manifests.wanted(h for _, h, _ in planned), fetch)
+    return [snapshot_from_row(row, _join(found, hashes, where)) for row, hashes, where in planned]

@@ -194,6 +194,22 @@ def test_a_growing_conversation_round_trips_every_turn(store: Store):
     assert [e.request_body for e in store.exchanges("r1")] == [*bodies, bodies[5]]
 
 
+def test_requests_that_extend_or_interleave_round_trip(store: Store):
+    """Requests that extend an earlier one, two conversations interleaved in one run, a batch
+    refused then written again, out of step order: every body comes back as it went in."""
+    store.create_run(Run("r1"))
+    a = [conversation(turns) for turns in range(1, 7)]
+    b = [body.replace(b"support agent", b"billing agent") for body in a]
+    store.add_exchanges([exchange(0, a[0]), exchange(1, b[0]), exchange(2, a[1])])
+    store.add_exchanges([exchange(3, b[1])])
+    with pytest.raises(AlreadyRecorded):
+        store.add_exchanges([exchange(4, a[2]), exchange(2, a[3])])  # refused whole
+    store.add_exchanges([exchange(5, a[3]), exchange(4, a[2])])  # out of order
+    store.add_exchanges([exchange(6, a[4][:-1]), exchange(7, a[5]), exchange(8, b"")])
+    expected = [a[0], b[0], a[1], b[1], a[2], a[3], a[4][:-1], a[5], b""]
+    assert [e.request_body for e in store.exchanges("r1")] == expected
+
+
 def test_a_step_taken_is_refused_and_its_batch_not_written(store: Store):
     store.create_run(Run("r1"))
     store.add_exchanges([exchange(0, b'{"first": 1}')])

@@ -27,6 +27,16 @@ def test_a_growing_conversation_stores_each_message_once(store: SqliteStore):
     assert stored < total / 5, (stored, total)
 
 
+def test_a_long_conversation_grows_linearly(store: SqliteStore):
+    """Each request names what it repeats of the one before by reference, not hash by hash."""
+    store.create_run(Run("r1"))
+    bodies = [conversation(turns) for turns in range(1, 101)]
+    store.add_exchanges([exchange(i, body) for i, body in enumerate(bodies)])
+    manifests = [m for (m,) in store.query("SELECT request_body FROM exchanges ORDER BY step")]
+    assert max(len(m) for m in manifests[1:]) < 300, manifests[-1]
+    assert [e.request_body for e in store.exchanges("r1")] == bodies
+
+
 def test_split_is_lossless_on_any_bytes():
     for body in (b"", b"x", conversation(3), b'{"type"' * 500, bytes(range(256)) * 10):
         assert b"".join(blobs.split(body)) == body

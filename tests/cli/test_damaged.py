@@ -20,8 +20,8 @@ from tests.cassettes.test_contract import conversation, exchange
 from tests.runner import forkpoint
 
 HURT_STEP_1 = "WHERE run_id='01HURT' AND step=1"
-FIRST_BLOB_OF_STEP_2 = (  # its last segment: only that step has it
-    "WHERE hash=(SELECT json_extract(request_body, '$[#-1]') FROM exchanges "
+A_BLOB_OF_STEP_2_ONLY = (  # its question: only that step has it (the tail after it is shared)
+    "WHERE hash=(SELECT json_extract(request_body, '$.add[0]') FROM exchanges "
     "WHERE run_id='01HURT' AND step=2)"
 )
 DAMAGE = {
@@ -33,8 +33,8 @@ DAMAGE = {
     "headers": (f"UPDATE exchanges SET request_headers='{{' {HURT_STEP_1}", "run 01HURT step 1"),
     "method": (f"UPDATE exchanges SET method=NULL {HURT_STEP_1}", "run 01HURT step 1"),
     "manifest": (f"UPDATE exchanges SET request_body='nope' {HURT_STEP_1}", "run 01HURT step 1"),
-    "codec": (f"UPDATE blobs SET codec='lz4' {FIRST_BLOB_OF_STEP_2}", "run 01HURT step 2"),
-    "zstd": (f"UPDATE blobs SET codec='zstd', data=x'28b52ffd0011' {FIRST_BLOB_OF_STEP_2}",
+    "codec": (f"UPDATE blobs SET codec='lz4' {A_BLOB_OF_STEP_2_ONLY}", "run 01HURT step 2"),
+    "zstd": (f"UPDATE blobs SET codec='zstd', data=x'28b52ffd0011' {A_BLOB_OF_STEP_2_ONLY}",
              "run 01HURT step 2"),
 }  # fmt: skip
 ROW_DAMAGE = {"kind", "origin", "tool calls", "headers", "method"}  # read even without bodies
@@ -47,7 +47,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store = SqliteStore(path)
     for run_id, name in (("01GOOD", "good"), ("01HURT", "hurt")):
         store.create_run(Run(run_id, name=name))
-        bodies = [conversation(i + 1).replace(b"gpt-4o", name.encode()) for i in range(3)]
+        bodies = [conversation(i + 1).replace(b"question", name.encode()) for i in range(3)]
         store.add_exchanges([exchange(i, body, run_id=run_id) for i, body in enumerate(bodies)])
     store.close()
     return path

@@ -1,7 +1,7 @@
 """The PostgreSQL store's `RunStore`: the SQLite cassette's tables and rows (see
 `cassettes.sqlite.runs`), in a database many proxies share. Bodies are packed as in SQLite
-(`blobs.Packer`), so both stores hold the same blobs; `allocate_step` takes a row lock on the
-run, so replicas serving one run take its steps one after another."""
+(`manifests.Packer`), so both stores hold the same blobs and manifests; `allocate_step` takes
+a row lock on the run, so replicas serving one run take its steps one after another."""
 
 from __future__ import annotations
 
@@ -11,23 +11,22 @@ from collections.abc import Iterable
 import psycopg
 from psycopg import errors
 
-from forkpoint.cassettes import blobs
+from forkpoint.cassettes.manifests import BlobRow, Packer
 from forkpoint.cassettes.postgres.connection import Database
 from forkpoint.cassettes.rows import (
     EXCHANGE_COLUMNS,
     RUN_COLUMNS,
     SNAPSHOT_COLUMNS,
+    Fetch,
     chunk_rows,
-    cut_chunks,
-    damaged,
-    exchange_from_row,
     exchange_values,
+    exchanges_from_rows,
     like_prefix,
     readable,
     run_from_row,
     run_values,
-    snapshot_from_row,
     snapshot_values,
+    snapshots_from_rows,
 )
 from forkpoint.errors import AlreadyRecorded, CassetteError, RunNotFound
 from forkpoint.models import Exchange, Run, RunStatus, Snapshot
@@ -35,8 +34,6 @@ from forkpoint.models import Exchange, Run, RunStatus, Snapshot
 _RUNS = ", ".join(RUN_COLUMNS)
 _EXCHANGES = ", ".join(EXCHANGE_COLUMNS)
 _SNAPSHOTS = ", ".join(SNAPSHOT_COLUMNS)
-_REQUEST_AT = EXCHANGE_COLUMNS.index("request_body")
-_RESPONSE_AT = EXCHANGE_COLUMNS.index("response_body")
 _BLOB = "INSERT INTO blobs VALUES (%s,%s,%s,%s) ON CONFLICT (hash) DO NOTHING"
 # How long a request waits for its step while the server is away (seconds): the live path.
 ALLOCATE_WAITS = 5.0
@@ -44,7 +41,7 @@ ALLOCATE_WAITS = 5.0
 
 class PostgresRuns:
     _db: Database
-    _packer: blobs.Packer
+    _packer: Packer
     label: str
 
     # runs
@@ -150,10 +147,17 @@ class PostgresRuns:
     # exchanges
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
-        new: dict[str, blobs.BlobRow] = {}
+        new: dict[str, BlobRow] = {}
         rows = [
-            (exchange_values(ex, self._pack(ex.request_body, None, new),
-                             self._pack(ex.response_body, None, new)), chunk_rows(ex))
+            (
+                exchange_values(
+                    ex,
+                    self._packer.pack_request(ex.run_id, ex.step, ex.request_body, new,
+                                              self._stored),
+                    self._packer.pack_response(ex.response_body, new, self._stored),
+                ),
+                chunk_rows(ex),
+            )
             for ex in exchanges
         ]  # fmt: skip
 
@@ -182,11 +186,12 @@ class PostgresRuns:
                             "INSERT INTO chunks VALUES (%s,%s,%s,%s,%s,%s)", chunks
                         )
 
-        self._db.run(work, write=True)
+        try:
+            self._db.run(work, write=True)
+        except BaseException:
+            self._packer.failed()
+            raise
         self._packer.committed(new.values())
-
-    def _pack(self, body: bytes, content_type: str | None, new: dict[str, blobs.BlobRow]) -> str:
-        return self._packer.pack(body, content_type, new, self._stored)
 
     def _stored(self, digest: str) -> bool:
         row = self._db.run(lambda conn: conn.execute(
@@ -194,31 +199,13 @@ class PostgresRuns:
         return row is not None
 
     @staticmethod
-    def _bodies(
-        conn: psycopg.Connection, manifests: Iterable[str | None]
-    ) -> dict[str, tuple[str, bytes]]:
-        """The (codec, data) of every blob the manifests name, in one query."""
-        wanted: set[str] = set()
-        for manifest in manifests:
-            try:
-                wanted.update(blobs.manifest_hashes(manifest or "[]"))
-            except ValueError:
-                continue  # reported as damage where it is read
-        if not wanted:
-            return {}
-        rows = conn.execute(
-            "SELECT hash, codec, data FROM blobs WHERE hash = ANY(%s)", (list(wanted),)
-        ).fetchall()
-        return {digest: (codec, bytes(data)) for digest, codec, data in rows}
+    def _fetcher(conn: psycopg.Connection) -> Fetch:
+        def fetch(hashes: list[str]) -> list[tuple[str, str, bytes]]:
+            return conn.execute(  # type: ignore[return-value]
+                "SELECT hash, codec, data FROM blobs WHERE hash = ANY(%s)", (hashes,)
+            ).fetchall()
 
-    @staticmethod
-    def _body(manifest: str | None, found: dict[str, tuple[str, bytes]], where: str) -> bytes:
-        try:
-            return blobs.join(blobs.manifest_hashes(manifest or "[]"), found)
-        except KeyError as missing:
-            raise damaged(where, "a body", f"blob {missing} is missing") from None
-        except ValueError as error:
-            raise damaged(where, "a body", error) from None
+        return fetch
 
     def response_keys(self, run_id: str) -> dict[int, str]:
         query = "SELECT step, response_body FROM exchanges WHERE run_id=%s"
@@ -237,34 +224,17 @@ class PostgresRuns:
                 "ORDER BY step, seq",
                 (run_id,),
             ).fetchall()
-            found = (
-                self._bodies(conn, (m for r in rows for m in (r[_REQUEST_AT], r[_RESPONSE_AT])))
-                if bodies else {}
-            )  # fmt: skip
-
-            def read(row: tuple[object, ...]) -> Exchange:
-                where = f"run {run_id} step {row[1]}"
-                request = self._body(row[_REQUEST_AT], found, where) if bodies else b""  # type: ignore[arg-type]
-                response = self._body(row[_RESPONSE_AT], found, where) if bodies else b""  # type: ignore[arg-type]
-                return exchange_from_row(row, request, response)
-
-            result = readable(rows, read, damaged)
-            by_step: dict[int, list[tuple[float, int]]] = {}
-            for step, offset_ms, size in sizes:
-                by_step.setdefault(step, []).append((offset_ms, size))
-            for exchange in result:
-                if exchange.chunks is not None:
-                    exchange.chunks = cut_chunks(exchange.response_body,
-                                                 by_step.get(exchange.step, []))  # fmt: skip
-            return result
+            return exchanges_from_rows(rows, sizes, self._fetcher(conn), bodies=bodies,
+                                       damaged=damaged)  # fmt: skip
 
         return self._db.run(work)
 
     # snapshots
 
     def add_snapshot(self, snapshot: Snapshot) -> None:
-        new: dict[str, blobs.BlobRow] = {}
-        values = snapshot_values(snapshot, self._pack(snapshot.data, snapshot.content_type, new))
+        new: dict[str, BlobRow] = {}
+        manifest = self._packer.pack(snapshot.data, snapshot.content_type, new, self._stored)
+        values = snapshot_values(snapshot, manifest)
 
         def work(conn: psycopg.Connection) -> None:
             with conn.cursor() as cursor:
@@ -305,13 +275,7 @@ class PostgresRuns:
         ).fetchall()
         if newest_to is not None:
             rows = list({row[2]: row for row in rows}.values())
-        found = self._bodies(conn, (row[4] for row in rows)) if data else {}
-        return [
-            snapshot_from_row(
-                row, self._body(row[4], found, f"run {run_id} step {row[1]}") if data else b""
-            )
-            for row in rows
-        ]
+        return snapshots_from_rows(rows, self._fetcher(conn), data=data)
 
 
 def _marks(values: Iterable[object]) -> str:

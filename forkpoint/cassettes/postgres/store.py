@@ -3,7 +3,7 @@ experiments (`experiments`) behind the `Store` protocol."""
 
 from __future__ import annotations
 
-from forkpoint.cassettes.blobs import Packer
+from forkpoint.cassettes.manifests import Packer
 from forkpoint.cassettes.postgres.connection import RETRY_FOR, Database
 from forkpoint.cassettes.postgres.experiments import PostgresExperiments
 from forkpoint.cassettes.postgres.runs import PostgresRuns

@@ -3,8 +3,9 @@
 Tables: `runs`, `exchanges` (one row per step, with what its dialect read off it), `chunks`
 (one row per streamed chunk: its offset and size, then an end marker row when the stream ended
 cleanly, so a cut stream is visible in SQL), `snapshots`, and `blobs` (body segments by
-sha256, compressed, stored once). A body column holds the JSON list of its segments' hashes.
-Bodies are cut, hashed and compressed before the write transaction, which only inserts.
+sha256, compressed, stored once). A body column holds its manifest (`cassettes.manifests`):
+the list of its segments' hashes, or for a request what it repeats of an earlier one. Bodies
+are cut, hashed and compressed before the write transaction, which only inserts.
 """
 
 from __future__ import annotations
@@ -14,22 +15,21 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from forkpoint.cassettes import blobs
+from forkpoint.cassettes.manifests import BlobRow, Packer
 from forkpoint.cassettes.rows import (
     EXCHANGE_COLUMNS,
     RUN_COLUMNS,
     SNAPSHOT_COLUMNS,
+    Fetch,
     chunk_rows,
-    cut_chunks,
-    damaged,
-    exchange_from_row,
     exchange_values,
+    exchanges_from_rows,
     like_prefix,
     readable,
     run_from_row,
     run_values,
-    snapshot_from_row,
     snapshot_values,
+    snapshots_from_rows,
 )
 from forkpoint.cassettes.sqlite.connection import Connection
 from forkpoint.errors import AlreadyRecorded, CassetteError, RunNotFound
@@ -38,15 +38,13 @@ from forkpoint.models import Exchange, Run, RunStatus, Snapshot
 _RUNS = ", ".join(f'"{c}"' for c in RUN_COLUMNS)
 _EXCHANGES = ", ".join(f'"{c}"' for c in EXCHANGE_COLUMNS)
 _SNAPSHOTS = ", ".join(f'"{c}"' for c in SNAPSHOT_COLUMNS)
-_REQUEST_AT = EXCHANGE_COLUMNS.index("request_body")
-_RESPONSE_AT = EXCHANGE_COLUMNS.index("response_body")
 
 
 class SqliteRuns:
     """Runs, exchanges and snapshots in the cassette file (see the module's docstring)."""
 
     _db: Connection
-    _packer: blobs.Packer
+    _packer: Packer
     path: Path
 
     # runs
@@ -144,19 +142,27 @@ class SqliteRuns:
     # exchanges
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
-        new: dict[str, blobs.BlobRow] = {}
+        new: dict[str, BlobRow] = {}
         rows = [
             (
-                exchange_values(ex, self._pack(ex.request_body, None, new),
-                                self._pack(ex.response_body, None, new)),
+                exchange_values(
+                    ex,
+                    self._packer.pack_request(ex.run_id, ex.step, ex.request_body, new,
+                                              self._stored),
+                    self._packer.pack_response(ex.response_body, new, self._stored),
+                ),
                 chunk_rows(ex),
             )
             for ex in exchanges
         ]  # fmt: skip
-        with self._db.writing() as conn:
-            conn.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)", new.values())
-            for values, chunks in rows:
-                self._insert_exchange(conn, values, chunks)
+        try:
+            with self._db.writing() as conn:
+                conn.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)", new.values())
+                for values, chunks in rows:
+                    self._insert_exchange(conn, values, chunks)
+        except BaseException:
+            self._packer.failed()
+            raise
         self._packer.committed(new.values())
 
     def _insert_exchange(
@@ -177,31 +183,18 @@ class SqliteRuns:
             ) from None  # fmt: skip
         conn.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?)", chunks)
 
-    def _pack(self, body: bytes, content_type: str | None, new: dict[str, blobs.BlobRow]) -> str:
-        return self._packer.pack(body, content_type, new, self._stored)
-
     def _stored(self, digest: str) -> bool:
         with self._db.reading() as conn:
             query = "SELECT 1 FROM blobs WHERE hash=?"
             return conn.execute(query, (digest,)).fetchone() is not None
 
-    def _body(self, conn: sqlite3.Connection, manifest: str | None, where: str) -> bytes:
-        """A body from its manifest; a damaged one names `where` (the run and step)."""
-        try:
-            hashes = blobs.manifest_hashes(manifest or "[]")
-        except ValueError as error:
-            raise damaged(where, "its body's list of blobs", error) from None
-        if not hashes:
-            return b""
-        rows = conn.execute(
-            f"SELECT hash, codec, data FROM blobs WHERE hash IN ({_marks(hashes)})", hashes
-        ).fetchall()
-        try:
-            return blobs.join(hashes, {digest: (codec, data) for digest, codec, data in rows})
-        except KeyError as missing:
-            raise damaged(where, "a body", f"blob {missing} is missing") from None
-        except ValueError as error:
-            raise damaged(where, "a body", error) from None
+    @staticmethod
+    def _fetcher(conn: sqlite3.Connection) -> Fetch:
+        def fetch(hashes: list[str]) -> list[tuple[str, str, bytes]]:
+            query = f"SELECT hash, codec, data FROM blobs WHERE hash IN ({_marks(hashes)})"
+            return conn.execute(query, hashes).fetchall()
+
+        return fetch
 
     def response_keys(self, run_id: str) -> dict[int, str]:
         with self._db.reading() as conn:
@@ -220,28 +213,16 @@ class SqliteRuns:
                 "ORDER BY step, seq",
                 (run_id,),
             ).fetchall()
-
-            def read(row: tuple[object, ...]) -> Exchange:
-                where = f"run {run_id} step {row[1]}"
-                request = self._body(conn, row[_REQUEST_AT], where) if bodies else b""  # type: ignore[arg-type]
-                response = self._body(conn, row[_RESPONSE_AT], where) if bodies else b""  # type: ignore[arg-type]
-                return exchange_from_row(row, request, response)
-
-            result = readable(rows, read, damaged)
-        by_step: dict[int, list[tuple[float, int]]] = {}
-        for step, offset_ms, size in chunk_sizes:
-            by_step.setdefault(step, []).append((offset_ms, size))
-        for exchange in result:
-            if exchange.chunks is not None:
-                exchange.chunks = cut_chunks(exchange.response_body, by_step.get(exchange.step, []))
-        return result
+            return exchanges_from_rows(rows, chunk_sizes, self._fetcher(conn), bodies=bodies,
+                                       damaged=damaged)  # fmt: skip
 
     # snapshots
 
     def add_snapshot(self, snapshot: Snapshot) -> None:
         """Store a snapshot; a later one for the same (run, step, adapter) replaces it."""
-        new: dict[str, blobs.BlobRow] = {}
-        values = snapshot_values(snapshot, self._pack(snapshot.data, snapshot.content_type, new))
+        new: dict[str, BlobRow] = {}
+        manifest = self._packer.pack(snapshot.data, snapshot.content_type, new, self._stored)
+        values = snapshot_values(snapshot, manifest)
         with self._db.writing() as conn:
             conn.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)", new.values())
             try:
@@ -264,28 +245,18 @@ class SqliteRuns:
                 f"SELECT {_SNAPSHOTS} FROM snapshots WHERE run_id=? ORDER BY step, adapter",
                 (run_id,),
             ).fetchall()
-            return [
-                snapshot_from_row(
-                    row, self._body(conn, row[4], f"run {run_id} step {row[1]}") if data else b""
-                )
-                for row in rows
-            ]
+            return snapshots_from_rows(rows, self._fetcher(conn), data=data)
 
     def latest_snapshots(self, run_id: str, *, at_most: int | None = None) -> list[Snapshot]:
         """For each adapter, its newest good snapshot at a step <= `at_most`, state loaded."""
-        newest: dict[str, tuple[object, ...]] = {}
         with self._db.reading() as conn:
             rows = conn.execute(
                 f"SELECT {_SNAPSHOTS} FROM snapshots WHERE run_id=? AND error IS NULL "
                 "AND step <= ? ORDER BY step, adapter",
                 (run_id, at_most if at_most is not None else 2**62),
             ).fetchall()
-            for row in rows:
-                newest[row[2]] = row
-            return [
-                snapshot_from_row(row, self._body(conn, row[4], f"run {run_id} step {row[1]}"))  # type: ignore[arg-type]
-                for row in newest.values()
-            ]
+            newest = list({row[2]: row for row in rows}.values())
+            return snapshots_from_rows(newest, self._fetcher(conn), data=True)
 
 
 def _marks(values: Iterable[object]) -> str:

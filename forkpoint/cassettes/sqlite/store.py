@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from forkpoint.cassettes.blobs import Packer
+from forkpoint.cassettes.manifests import Packer
 from forkpoint.cassettes.sqlite.connection import Connection
 from forkpoint.cassettes.sqlite.experiments import SqliteExperiments
 from forkpoint.cassettes.sqlite.runs import SqliteRuns
