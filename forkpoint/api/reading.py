@@ -42,15 +42,16 @@ def opened(options: Options, *, write: bool = False) -> Iterator[Store]:
 
 
 def runs(
-    options: Options = Options(), *, damaged: list[CassetteError] | None = None
-) -> list[RunRecord]:
-    """Every run with its exchanges (without bodies), oldest first. A damaged cassette
-    raises a CassetteError naming the run and step; with `damaged`, what does not read is
-    left out and its error added there."""
+    options: Options = Options(), *, newest: int | None = None,
+    damaged: list[CassetteError] | None = None,
+) -> list[RunRecord]:  # fmt: skip
+    """Every run (or the `newest` ones) with its exchanges (without bodies), oldest first. A
+    damaged cassette raises a CassetteError naming the run and step; with `damaged`, what does
+    not read is left out and its error added there."""
     with opened(options) as store:
         return [
             RunRecord(run, store.exchanges(run.id, bodies=False, damaged=damaged))
-            for run in store.list_runs(damaged=damaged)
+            for run in store.list_runs(newest=newest, damaged=damaged)
         ]
 
 

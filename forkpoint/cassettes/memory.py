@@ -83,11 +83,14 @@ class MemoryStore:
             raise RunNotFound(f"{ref!r} matches several runs; give more of the id", run_id=ref)
         raise RunNotFound(f"no run {ref!r} in {self.label}", run_id=ref)
 
-    def list_runs(self, *, damaged: list[CassetteError] | None = None) -> list[Run]:
-        """Every run (none is ever damaged here)."""
+    def list_runs(
+        self, *, newest: int | None = None, damaged: list[CassetteError] | None = None
+    ) -> list[Run]:
+        """Every run, or the newest ones (none is ever damaged here)."""
         with self._lock:
             self._open()
-            return [copy.deepcopy(run) for _, run in sorted(self._runs.items())]
+            runs = [copy.deepcopy(run) for _, run in sorted(self._runs.items())]
+        return runs if newest is None else runs[max(len(runs) - newest, 0) :]
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
         """All or none: a batch with one bad exchange adds nothing."""

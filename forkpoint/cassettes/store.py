@@ -62,9 +62,12 @@ class RunStore(Protocol):
         or more; raises RunNotFound."""
         ...
 
-    def list_runs(self, *, damaged: list[CassetteError] | None = None) -> list[Run]:
-        """Every run, oldest first (by id). With `damaged`, a run whose row does not read is
-        left out and its error added there, so a reader shows what it can; else it raises."""
+    def list_runs(
+        self, *, newest: int | None = None, damaged: list[CassetteError] | None = None
+    ) -> list[Run]:
+        """Every run, or the `newest` ones, oldest first (by id). With `damaged`, a run whose
+        row does not read is left out and its error added there, so a reader shows what it
+        can; else it raises."""
         ...
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:

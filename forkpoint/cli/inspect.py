@@ -14,21 +14,28 @@ from forkpoint.compare.cost import exchange_cost, run_totals, usd
 from forkpoint.errors import CassetteError
 from forkpoint.models import Exchange, Run
 
+# Runs `forkpoint runs` lists unless told otherwise: a cassette may hold thousands.
+PAGE = 100
+
 
 @click.command()
 @cassette_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
+@click.option("--last", default=PAGE, show_default=True, help="List the newest N runs.")
+@click.option("--all", "every", is_flag=True, help="List every run.")
 @prices
 @reports_errors
-def runs(cassette: str | None, as_json: bool) -> None:
-    """List the runs in the cassette, oldest first.
+def runs(cassette: str | None, as_json: bool, last: int, every: bool) -> None:
+    """List the runs in the cassette (the newest --last of them), oldest first.
 
     Example: forkpoint runs --json
     """
     damaged: list[CassetteError] = []
-    found = [
-        (r.run, r.exchanges) for r in api.runs(api.Options(cassette=cassette), damaged=damaged)
-    ]
+    newest = None if every else last
+    options = api.Options(cassette=cassette)
+    found = [(r.run, r.exchanges) for r in api.runs(options, newest=newest, damaged=damaged)]
+    if newest is not None and len(found) == newest:
+        click.echo(f"forkpoint: the newest {newest} runs (older ones: --last N, --all)", err=True)
     if as_json:
         click.echo(orjson.dumps([_run_json(r, e) for r, e in found], option=orjson.OPT_INDENT_2))
         return _exit_if(damaged)

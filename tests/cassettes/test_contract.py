@@ -89,6 +89,8 @@ def test_runs_are_found_by_id_name_and_prefix(store: Store):
     with pytest.raises(RunNotFound, match="no run '01%'"):
         store.find_run("01%")  # no wildcard
     assert [r.id for r in store.list_runs()] == ["01AAAA1", "01AAAA2", "01BBBB1", "ticket-7"]
+    assert [r.id for r in store.list_runs(newest=2)] == ["01BBBB1", "ticket-7"]
+    assert len(store.list_runs(newest=10)) == 4
 
 
 def test_a_run_round_trips_with_every_field(store: Store):

@@ -108,10 +108,16 @@ class PostgresRuns:
             raise RunNotFound(f"{ref!r} matches several runs; give more of the id", run_id=ref)
         raise RunNotFound(f"no run {ref!r} in {self.label} (see: forkpoint runs)", run_id=ref)
 
-    def list_runs(self, *, damaged: list[CassetteError] | None = None) -> list[Run]:
-        rows = self._db.run(
-            lambda conn: conn.execute(f"SELECT {_RUNS} FROM runs ORDER BY id").fetchall()
-        )
+    def list_runs(
+        self, *, newest: int | None = None, damaged: list[CassetteError] | None = None
+    ) -> list[Run]:
+        if newest is None:
+            rows = self._db.run(
+                lambda conn: conn.execute(f"SELECT {_RUNS} FROM runs ORDER BY id").fetchall()
+            )
+        else:
+            query = f"SELECT {_RUNS} FROM runs ORDER BY id DESC LIMIT %s"
+            rows = self._db.run(lambda conn: conn.execute(query, (newest,)).fetchall())[::-1]
         return readable(rows, run_from_row, damaged)
 
     def step_count(self, run_id: str) -> int:

@@ -104,9 +104,15 @@ class SqliteRuns:
             raise RunNotFound(f"{ref!r} matches several runs; give more of the id", run_id=ref)
         raise RunNotFound(f"no run {ref!r} in {self.path} (see: forkpoint runs)", run_id=ref)
 
-    def list_runs(self, *, damaged: list[CassetteError] | None = None) -> list[Run]:
+    def list_runs(
+        self, *, newest: int | None = None, damaged: list[CassetteError] | None = None
+    ) -> list[Run]:
         with self._db.reading() as conn:
-            rows = conn.execute(f"SELECT {_RUNS} FROM runs ORDER BY id").fetchall()
+            if newest is None:
+                rows = conn.execute(f"SELECT {_RUNS} FROM runs ORDER BY id").fetchall()
+            else:
+                query = f"SELECT {_RUNS} FROM runs ORDER BY id DESC LIMIT ?"
+                rows = conn.execute(query, (newest,)).fetchall()[::-1]
         return readable(rows, run_from_row, damaged)
 
     def step_count(self, run_id: str) -> int:
