@@ -118,6 +118,10 @@ class Gateway:
             session = await self.sessions.get(run_id)
         except ConfigError as error:
             return _error(request.method, route, 400, f"forkpoint: {error}", "forkpoint_run")
+        except CassetteError as error:  # a run named by the request, made in the store
+            message = f"forkpoint: cannot open run {run_id}: {error}"
+            log.warning("%s", message)
+            return _error(request.method, route, 503, message, "forkpoint_store")
         if route.startswith(CONTROL_PREFIX):
             return await self.control.handle(request, session, route, body)
         try:

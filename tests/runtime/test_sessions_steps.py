@@ -57,3 +57,21 @@ def test_a_store_that_cannot_give_a_step_is_a_clear_503(upstream, tmp_path: Path
         assert chat(f"{proxy.url}/r/named", "c").status_code == 200
     assert [e.step for e in store.exchanges("named")] == [0, 1]
     store.close()
+
+
+def test_a_named_run_the_store_cannot_make_is_a_clear_503(upstream, tmp_path: Path):
+    store = SqliteStore(tmp_path / "c.db", busy_timeout_ms=100)
+    with ProxyThread(store, EngineConfig(routes=Routes.of(upstream.url))) as proxy:
+        locker = sqlite3.connect(tmp_path / "c.db")
+        locker.execute("BEGIN EXCLUSIVE")
+        try:
+            refused = chat(f"{proxy.url}/r/fresh", "a")
+        finally:
+            locker.rollback()
+            locker.close()
+        assert refused.status_code == 503, refused.text
+        assert "cannot open run fresh" in refused.json()["error"]["message"]
+        assert upstream.request_count == 0
+        assert chat(f"{proxy.url}/r/fresh", "b").status_code == 200  # tried again: it opens
+    assert [e.step for e in store.exchanges("fresh")] == [0]
+    store.close()
