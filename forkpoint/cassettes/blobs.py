@@ -24,11 +24,13 @@ if sys.version_info >= (3, 14):
 else:
     from backports import zstd
 
-# Where to cut: at the comma before an object that starts a message or item (`, {"role"` /
-# `, {"type"`), and after the object that ends a list (`}]`). A message then reads the same
-# bytes whether it is the last of its request or not (the tail `], "model": …}` is a segment
-# of its own), so the next turn finds it stored.
-_CUT = re.compile(rb'(,)\s*\{\s*"(?:role|type)"|\}(\s*\])')
+# Where to cut: at the comma before an object that starts a message or item (`{"role"` /
+# `{"type"`), and after the list they are in ends (`}]`). A message then reads the same bytes
+# whether it is the last of its request or not (the tail `], "model": …}` is a segment of its
+# own), so the next turn finds it stored.
+_CUT = re.compile(rb'\{\s*"(?:role|type)"')
+_LIST_END = re.compile(rb"\}\s*\]")
+_SPACE = b" \t\r\n"
 # Segments smaller than this are merged into the previous one: blob rows cost ~100 bytes each.
 MIN_SEGMENT = 256
 # Below this size compression does not pay for its frame header.
@@ -50,12 +52,22 @@ def split(body: bytes) -> list[bytes]:
     if len(body) < 2 * MIN_SEGMENT:
         return [body] if body else []
     segments: list[bytes] = []
-    start = 0
+    start, last = 0, -1
     for match in _CUT.finditer(body):
-        cut = match.start(1) if match.group(1) is not None else match.start(2)
+        last = cut = match.start()
+        while cut > 0 and body[cut - 1] in _SPACE:
+            cut -= 1
+        if cut > 0 and body[cut - 1] == 0x2C:  # ","
+            cut -= 1
+        else:
+            cut = match.start()
         if cut - start >= MIN_SEGMENT:
             segments.append(body[start:cut])
             start = cut
+    end = _LIST_END.search(body, max(last, start)) if last >= 0 else None
+    if end is not None and end.start() + 1 - start >= MIN_SEGMENT:
+        segments.append(body[start : end.start() + 1])
+        start = end.start() + 1
     segments.append(body[start:])
     return segments
 
