@@ -98,7 +98,7 @@ class Gateway:
         self.recorder = recorder
         self.snapshots = snapshots
         self.control = Control(snapshots)
-        self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace)
+        self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace, sessions=sessions)
         self.pace = pace
         self.max_body = max_body
         self._secret = intercept_secret

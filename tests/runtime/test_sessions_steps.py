@@ -75,3 +75,24 @@ def test_a_named_run_the_store_cannot_make_is_a_clear_503(upstream, tmp_path: Pa
         assert chat(f"{proxy.url}/r/fresh", "b").status_code == 200  # tried again: it opens
     assert [e.step for e in store.exchanges("fresh")] == [0]
     store.close()
+
+
+def test_websocket_messages_of_a_named_run_take_their_steps_from_the_store(tmp_path: Path):
+    from tests.doors.test_sockets import SocketService, ask, opened
+
+    service = SocketService()
+    store = SqliteStore(tmp_path / "c.db")
+    store.create_run(Run("named"))
+    try:
+        with ProxyThread(store, EngineConfig(routes=Routes.of(None, {"tools": service.url}))) as proxy:
+            with opened(proxy.url, "/r/named/tools/ws") as socket:
+                assert ask(socket, "a") == ["a once", "a twice"]
+                for _ in range(5):  # another proxy on the same run takes steps meanwhile
+                    store.allocate_step("named")
+                assert ask(socket, "b") == ["b once", "b twice"]
+    finally:
+        service.stop()
+    steps = [e.step for e in store.exchanges("named")]
+    store.close()
+    assert len(steps) == 3 and steps[:2] == [0, 1]  # the upgrade, then "a"
+    assert steps[2] == 7  # "b": after the 5 the other proxy took (2-6), not 2
