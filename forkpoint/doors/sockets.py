@@ -11,6 +11,7 @@ the interceptor, which hands the gateway its websocket upgrades like any request
 from __future__ import annotations
 
 import asyncio
+import logging
 import contextlib
 import time
 
@@ -35,7 +36,7 @@ from forkpoint.engine.websocket import (
     ToUpstream,
     connect,
 )
-from forkpoint.errors import UpstreamError
+from forkpoint.errors import CassetteError, UpstreamError
 
 # What described the body of a refused handshake, which aiohttp does not keep.
 _BODY = frozenset({"content-length", "content-encoding", "transfer-encoding"})
@@ -136,7 +137,12 @@ class _Serving:
                     frame = Frame(message.data, binary=True)
                 else:
                     break
-                step = await self._sessions.allocate(self._connection.session)
+                try:
+                    step = await self._sessions.allocate(self._connection.session)
+                except CassetteError as error:  # a message nobody could number: not sent on
+                    logging.getLogger(__name__).warning("forkpoint: %s", error)
+                    await self._socket.close(code=1011, message=b"forkpoint: the store is away")
+                    break
                 await self._carry_out(
                     self._connection.from_agent(frame, time.perf_counter(), step=step)
                 )
