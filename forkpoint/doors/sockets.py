@@ -11,8 +11,8 @@ the interceptor, which hands the gateway its websocket upgrades like any request
 from __future__ import annotations
 
 import asyncio
-import logging
 import contextlib
+import logging
 import time
 
 from aiohttp import WSMsgType, web
