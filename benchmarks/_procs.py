@@ -132,7 +132,8 @@ def mitmdump(logs: Path, upstream_url: str) -> Child:
 
 
 def forkpoint(
-    name: str, logs: Path, *, mode: str, cassette: Path, run: str, upstream_url: str | None = None,
+    name: str, logs: Path, *, mode: str, cassette: Path | str, run: str,
+    upstream_url: str | None = None,
     profile: Path | None = None,
 ) -> Child:  # fmt: skip
     argv = [sys.executable, str(_HERE / "_run_forkpoint.py"), "--mode", mode,

@@ -15,13 +15,13 @@ import asyncio
 import cProfile
 
 from forkpoint.api import Options, engine_config
-from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.cassettes.open import open_store
 from forkpoint.runtime.loop_thread import until_stopped
 from forkpoint.runtime.proxy import Proxy
 
 
 async def serve(mode: str, cassette: str, upstream: str | None, run: str) -> None:
-    store = SqliteStore(cassette)
+    store = open_store(cassette)
     try:
         live = mode == "record"
         proxy = Proxy(store, engine_config(Options(upstream=upstream), live=live))
@@ -39,7 +39,7 @@ async def serve(mode: str, cassette: str, upstream: str | None, run: str) -> Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("record", "replay"), required=True)
-    parser.add_argument("--cassette", required=True, help="SQLite cassette file")
+    parser.add_argument("--cassette", required=True, help="SQLite file or postgresql:// URL")
     parser.add_argument("--upstream", help="base URL to record from (record mode)")
     parser.add_argument("--run", required=True, help="run id to record, or to replay")
     parser.add_argument("--profile", help="write a cProfile of the process here on exit")

@@ -23,8 +23,9 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0+unknown"
 
 _API = (
-    "ExperimentSpec", "Imported", "Options", "RunRecord", "RunResult", "RunSnapshots", "Serving",
-    "aexperiment", "afork", "arecord", "areplay", "aresume", "aserve", "diff", "experiment",
+    "Copied", "ExperimentSpec", "Imported", "Options", "RunRecord", "RunResult", "RunSnapshots",
+    "Serving", "aexperiment", "afork", "arecord", "areplay", "aresume", "aserve", "copy", "diff",
+    "experiment",
     "experiment_list", "experiment_results", "export_run", "fork", "import_run", "make_change",
     "mock", "record", "replay", "resume", "runs", "serve", "show", "snapshots",
 )  # fmt: skip
@@ -61,6 +62,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the names as if imported here
     from forkpoint.api import (  # noqa: F401
+        Copied,
         ExperimentSpec,
         Imported,
         Options,
@@ -74,6 +76,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the names as if imported here
         areplay,
         aresume,
         aserve,
+        copy,
         diff,
         experiment,
         experiment_list,

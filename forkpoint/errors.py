@@ -2,7 +2,8 @@
 
     ForkpointError
     ├── CassetteError          the cassette file cannot be used (missing, locked, wrong version)
-    │   └── SchemaVersionError
+    │   ├── SchemaVersionError
+    │   └── AlreadyRecorded    a run id or a step the store holds already: never rewritten
     ├── RunNotFound            no run matches a reference
     ├── ConfigError            bad options (a route, a header list …)
     └── UpstreamError          the upstream failed: refused, timed out, cut the connection
@@ -29,6 +30,10 @@ class SchemaVersionError(CassetteError):
         super().__init__(message)
         self.found = found
         self.expected = expected
+
+
+class AlreadyRecorded(CassetteError):
+    """Raised instead of overwriting: a save is never rewritten. Retrying cannot help."""
 
 
 class RunNotFound(ForkpointError):

@@ -3,9 +3,10 @@ code and notebooks. The CLI is a thin layer over it; `forkpoint/__init__.py` re-
 
 from forkpoint.api.changes import make_change
 from forkpoint.api.commands import afork, arecord, areplay, aresume, fork, record, replay, resume
+from forkpoint.api.copying import Copied, copy
 from forkpoint.api.experiments import ExperimentSpec, aexperiment, experiment
 from forkpoint.api.mocks import mock, parse_mock
-from forkpoint.api.options import Options, cassette_path, engine_config
+from forkpoint.api.options import Options, engine_config, store_location
 from forkpoint.api.reading import (
     diff,
     experiment_list,
@@ -20,6 +21,7 @@ from forkpoint.api.results import Imported, RunRecord, RunResult, RunSnapshots
 from forkpoint.api.serving import Serving, aserve, serve
 
 __all__ = [
+    "Copied",
     "ExperimentSpec",
     "Imported",
     "Options",
@@ -33,7 +35,7 @@ __all__ = [
     "areplay",
     "aresume",
     "aserve",
-    "cassette_path",
+    "copy",
     "diff",
     "engine_config",
     "experiment",
@@ -52,4 +54,5 @@ __all__ = [
     "serve",
     "show",
     "snapshots",
+    "store_location",
 ]

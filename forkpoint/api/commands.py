@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from forkpoint.adapters.workspace import WorkspaceAdapter
 from forkpoint.api.env import agent_env
-from forkpoint.api.options import Options, cassette_path, engine_config
+from forkpoint.api.options import Options, engine_config, store_location
 from forkpoint.api.results import RunResult
 from forkpoint.api.sync import run_sync
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.open import open_store
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
@@ -164,7 +164,7 @@ async def _run(
         raise ConfigError(
             "no command to run: put it after --, e.g. forkpoint record -- python agent.py"
         )
-    store = SqliteStore(cassette_path(options.cassette))
+    store = open_store(store_location(options.cassette))
     try:
         config, open_session = await asyncio.to_thread(start, store)
         the_run = run_id if isinstance(run_id, str) else run_id()

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from forkpoint.api.commands import fork
-from forkpoint.api.options import Options, cassette_path
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.api.options import Options, store_location
+from forkpoint.cassettes.open import open_store
 from forkpoint.cassettes.store import Store, StoredBranch, StoredExperiment
 from forkpoint.compare.experiment_check import Check, CheckRun, load_check
 from forkpoint.compare.experiment_results import Experiment, load_experiment
@@ -122,8 +122,8 @@ def experiment(
         raise ConfigError(f"--at {spec.at!r}: give a step number, first-llm or last-llm")
     if spec.concurrency < 1:
         raise ConfigError("--concurrency must be 1 or more")
-    path = cassette_path(options.cassette)
-    store = SqliteStore(path, create=False)
+    path = store_location(options.cassette)
+    store = open_store(path, create=False)
     try:
         sources = select_runs(store, spec.runs, spec.select)
         if not sources:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from forkpoint.api.config import ProjectConfig, find_project_config, normalizer
 from forkpoint.cassettes.sqlite import DEFAULT_PATH
@@ -32,14 +31,16 @@ from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.models import Exchange
 from forkpoint.runtime.intercept import InterceptOptions
 
-__all__ = ["Options", "cassette_path", "engine_config", "match_config"]
+__all__ = ["Options", "engine_config", "match_config", "store_location"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Options:
     """How a verb runs.
 
-    cassette: the SQLite file [default: $FORKPOINT_CASSETTE, else .forkpoint/forkpoint.db].
+    cassette: where the cassette lives: an SQLite file, or a PostgreSQL database by its
+        `postgresql://` URL [default: $FORKPOINT_STORE, else $FORKPOINT_CASSETTE, else
+        .forkpoint/forkpoint.db].
     upstream, routes: where live requests go (`routes` maps a path prefix to a base URL, beside
         the built-in `anthropic`). Unset, a recording goes to api.openai.com and a fork or a
         resume to the upstreams its run was recorded against.
@@ -84,8 +85,11 @@ class Options:
     env: Mapping[str, str] | None = None
 
 
-def cassette_path(path: str | os.PathLike[str] | None = None) -> Path:
-    return Path(path or os.environ.get("FORKPOINT_CASSETTE") or DEFAULT_PATH)
+def store_location(given: str | os.PathLike[str] | None = None) -> str:
+    """Where the cassette is: `given`, else $FORKPOINT_STORE, else $FORKPOINT_CASSETTE, else
+    the default file."""
+    env = os.environ.get("FORKPOINT_STORE") or os.environ.get("FORKPOINT_CASSETTE")
+    return os.fspath(given or env or DEFAULT_PATH)
 
 
 def engine_config(

@@ -10,13 +10,14 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from forkpoint.api.options import Options, cassette_path
+from forkpoint.api.options import Options, store_location
 from forkpoint.api.results import Imported, RunRecord, RunSnapshots
-from forkpoint.cassettes.sqlite import SqliteStore
-from forkpoint.cassettes.store import StoredExperiment
+from forkpoint.cassettes.open import open_store
+from forkpoint.cassettes.store import Store, StoredExperiment
 from forkpoint.cassettes.transfer import dump_run, load_file
 from forkpoint.compare.diff import RunDiff, diff_stored
 from forkpoint.compare.experiment_results import Experiment, load_experiment
+from forkpoint.errors import CassetteError
 
 __all__ = [
     "diff",
@@ -31,26 +32,37 @@ __all__ = [
 
 
 @contextmanager
-def opened(options: Options, *, create: bool = False) -> Iterator[SqliteStore]:
-    """The options' cassette, closed after use; a reader never creates one."""
-    store = SqliteStore(cassette_path(options.cassette), create=create)
+def opened(options: Options, *, write: bool = False) -> Iterator[Store]:
+    """The options' cassette, closed after use; a reader never creates one, nor writes."""
+    store = open_store(store_location(options.cassette), create=write, read_only=not write)
     try:
         yield store
     finally:
         store.close()
 
 
-def runs(options: Options = Options()) -> list[RunRecord]:
-    """Every run with its exchanges (without bodies), oldest first."""
+def runs(
+    options: Options = Options(), *, newest: int | None = None,
+    damaged: list[CassetteError] | None = None,
+) -> list[RunRecord]:  # fmt: skip
+    """Every run (or the `newest` ones) with its exchanges (without bodies), oldest first. A
+    damaged cassette raises a CassetteError naming the run and step; with `damaged`, what does
+    not read is left out and its error added there."""
     with opened(options) as store:
-        return [RunRecord(run, store.exchanges(run.id, bodies=False)) for run in store.list_runs()]
+        return [
+            RunRecord(run, store.exchanges(run.id, bodies=False, damaged=damaged))
+            for run in store.list_runs(newest=newest, damaged=damaged)
+        ]
 
 
-def show(run: str, options: Options = Options()) -> RunRecord:
-    """A run (id, id prefix or name) with its exchanges, without bodies."""
+def show(
+    run: str, options: Options = Options(), *, damaged: list[CassetteError] | None = None
+) -> RunRecord:
+    """A run (id, id prefix or name) with its exchanges, without bodies; `damaged` as for
+    `runs`."""
     with opened(options) as store:
         found = store.find_run(run)
-        return RunRecord(found, store.exchanges(found.id, bodies=False))
+        return RunRecord(found, store.exchanges(found.id, bodies=False, damaged=damaged))
 
 
 def snapshots(run: str, options: Options = Options()) -> RunSnapshots:
@@ -102,7 +114,7 @@ def import_run(
     the cassette as a new run; `routes` map a URL back to a route prefix, as `--route` does."""
     run, exchanges = load_file(Path(path), fmt=fmt, routes=routes)
     imported = replace(run, name=name or run.name)
-    with opened(options, create=True) as store:
+    with opened(options, write=True) as store:
         store.create_run(imported)
         store.add_exchanges(replace(e, run_id=imported.id) for e in exchanges)
     return Imported(imported, len(exchanges))

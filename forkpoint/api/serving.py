@@ -10,9 +10,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from forkpoint.api.options import Options, cassette_path, engine_config
+from forkpoint.api.options import Options, engine_config, store_location
 from forkpoint.api.sync import run_sync
-from forkpoint.cassettes.sqlite import SqliteStore
+from forkpoint.cassettes.open import open_store
 from forkpoint.engine.config import OnDivergence
 from forkpoint.models import RunStatus
 from forkpoint.runtime.loop_thread import until_stopped
@@ -40,7 +40,7 @@ async def aserve(
 ) -> None:
     """Serve until SIGINT or SIGTERM (or until `stop` is set): record every run, or replay run
     `replay`; `ready` is told where, once listening."""
-    store = SqliteStore(cassette_path(options.cassette))
+    store = open_store(store_location(options.cassette))
     try:
         live = replay is None or options.on_divergence is not OnDivergence.FAIL
         recorded = store.exchanges(store.find_run(replay).id, bodies=False) if replay else []

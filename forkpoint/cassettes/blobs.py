@@ -2,9 +2,10 @@
 
 An LLM request resends the whole conversation every turn, so turn N's body is turn N-1's body
 plus a little. Hashing whole bodies would store the history N times. Instead a body is cut
-into segments just before each JSON object that opens with `"role"` or `"type"` (a message,
-an input item or a content block); the serializer writes an unchanged message as the same
-bytes every turn, so each segment is stored once and a body is a list of segment hashes.
+into segments at the comma before each JSON object that opens with `"role"` or `"type"` (a
+message, an input item or a content block) and where a list of them ends; the serializer
+writes an unchanged message as the same bytes every turn, so each segment is stored once and
+a body is a list of segment hashes (see `manifests`).
 The cut is only an optimization: joining the segments gives back the exact bytes, whatever
 the body is.
 """
@@ -23,8 +24,13 @@ if sys.version_info >= (3, 14):
 else:
     from backports import zstd
 
-# An object that starts a message or item: `{"role"` / `{"type"`, with optional whitespace.
+# Where to cut: at the comma before an object that starts a message or item (`{"role"` /
+# `{"type"`), and after the list they are in ends (`}]`). A message then reads the same bytes
+# whether it is the last of its request or not (the tail `], "model": …}` is a segment of its
+# own), so the next turn finds it stored.
 _CUT = re.compile(rb'\{\s*"(?:role|type)"')
+_LIST_END = re.compile(rb"\}\s*\]")
+_SPACE = b" \t\r\n"
 # Segments smaller than this are merged into the previous one: blob rows cost ~100 bytes each.
 MIN_SEGMENT = 256
 # Below this size compression does not pay for its frame header.
@@ -46,12 +52,22 @@ def split(body: bytes) -> list[bytes]:
     if len(body) < 2 * MIN_SEGMENT:
         return [body] if body else []
     segments: list[bytes] = []
-    start = 0
+    start, last = 0, -1
     for match in _CUT.finditer(body):
-        cut = match.start()
+        last = cut = match.start()
+        while cut > 0 and body[cut - 1] in _SPACE:
+            cut -= 1
+        if cut > 0 and body[cut - 1] == 0x2C:  # ","
+            cut -= 1
+        else:
+            cut = match.start()
         if cut - start >= MIN_SEGMENT:
             segments.append(body[start:cut])
             start = cut
+    end = _LIST_END.search(body, max(last, start)) if last >= 0 else None
+    if end is not None and end.start() + 1 - start >= MIN_SEGMENT:
+        segments.append(body[start : end.start() + 1])
+        start = end.start() + 1
     segments.append(body[start:])
     return segments
 
@@ -115,3 +131,4 @@ def decompress(codec: str, data: bytes) -> bytes:
     if codec == Codec.RAW:
         return data
     raise ValueError(f"unknown blob codec {codec!r}")
+

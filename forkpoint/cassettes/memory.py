@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 from forkpoint.cassettes.blobs import content_hash
 from forkpoint.cassettes.store import StoredBranch, StoredExperiment
-from forkpoint.errors import CassetteError, ConfigError, RunNotFound
-from forkpoint.models import Exchange, Run, RunStatus, Snapshot
+from forkpoint.errors import AlreadyRecorded, CassetteError, ConfigError, RunNotFound
+from forkpoint.models import Exchange, Kind, Run, RunStatus, Snapshot, Summary
 
 
 class MemoryStore:
@@ -28,6 +28,7 @@ class MemoryStore:
         self._exchanges: dict[str, dict[int, Exchange]] = {}
         self._snapshots: dict[str, dict[tuple[int, str], Snapshot]] = {}
         self._experiments: dict[str, tuple[StoredExperiment, list[StoredBranch]]] = {}
+        self._allocated: dict[str, int] = {}  # per run, the step after the last allocated
         self._closed = False
 
     def _open(self) -> None:
@@ -38,8 +39,8 @@ class MemoryStore:
         with self._lock:
             self._open()
             if run.id in self._runs:
-                raise CassetteError(f"{self.label} already has a run {run.id}", run_id=run.id)
-            self._runs[run.id] = copy.copy(run)
+                raise AlreadyRecorded(f"{self.label} already has a run {run.id}", run_id=run.id)
+            self._runs[run.id] = copy.deepcopy(run)
             self._exchanges[run.id] = {}
 
     def finish_run(
@@ -52,8 +53,11 @@ class MemoryStore:
     ) -> None:
         with self._lock:
             self._open()
-            run = self._runs[run_id]
-            run.status, run.ended_at, run.error = status, time.time(), error
+            run = self._runs.get(run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
+            ended = None if status is RunStatus.RUNNING else time.time()
+            run.status, run.ended_at, run.error = status, ended, error
             if fork_step is not None:
                 run.fork_step = fork_step
 
@@ -63,7 +67,7 @@ class MemoryStore:
             run = self._runs.get(run_id)
         if run is None:
             raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
-        return copy.copy(run)
+        return copy.deepcopy(run)
 
     def find_run(self, ref: str) -> Run:
         """A run by id, name (newest first) or unique id prefix of 4 characters or more."""
@@ -72,30 +76,47 @@ class MemoryStore:
             runs = sorted(self._runs.values(), key=lambda r: r.id, reverse=True)
         found = [r for r in runs if r.id == ref] or [r for r in runs if r.name == ref][:1]
         if not found and len(ref) >= 4:
-            found = [r for r in runs if r.id.startswith(ref.upper())]
+            found = [r for r in runs if r.id.upper().startswith(ref.upper())][:2]
         if len(found) == 1:
-            return copy.copy(found[0])
+            return copy.deepcopy(found[0])
         if found:
             raise RunNotFound(f"{ref!r} matches several runs; give more of the id", run_id=ref)
         raise RunNotFound(f"no run {ref!r} in {self.label}", run_id=ref)
 
-    def list_runs(self) -> list[Run]:
+    def list_runs(
+        self, *, newest: int | None = None, damaged: list[CassetteError] | None = None
+    ) -> list[Run]:
+        """Every run, or the newest ones (none is ever damaged here)."""
         with self._lock:
             self._open()
-            return [copy.copy(run) for _, run in sorted(self._runs.items())]
+            runs = [copy.deepcopy(run) for _, run in sorted(self._runs.items())]
+        return runs if newest is None else runs[max(len(runs) - newest, 0) :]
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
+        """All or none: a batch with one bad exchange adds nothing."""
         with self._lock:
             self._open()
-            for exchange in exchanges:
+            batch = [copy.deepcopy(exchange) for exchange in exchanges]
+            seen: set[tuple[str, int]] = set()
+            for exchange in batch:
+                run_id, step = exchange.run_id, exchange.step
                 steps = self._exchanges.get(exchange.run_id)
                 if steps is None:
                     raise CassetteError(
-                        f"no run {exchange.run_id} in {self.label} for step {exchange.step}",
-                        run_id=exchange.run_id,
-                        step=exchange.step,
-                    )
-                steps[exchange.step] = copy.copy(exchange)
+                        f"no run {run_id} in {self.label} for step {step}",
+                        run_id=run_id, step=step,
+                    )  # fmt: skip
+                if step in steps or (run_id, step) in seen:
+                    raise AlreadyRecorded(
+                        f"{self.label} already holds run {run_id} step {step}: "
+                        "it is never rewritten",
+                        run_id=run_id, step=step,
+                    )  # fmt: skip
+                seen.add((run_id, step))
+            for exchange in batch:
+                # As an SQL store reads back an exchange no dialect read: a generic one.
+                exchange.summary = exchange.summary or Summary(Kind.OTHER, "generic")
+                self._exchanges[exchange.run_id][exchange.step] = exchange
 
     def step_count(self, run_id: str) -> int:
         with self._lock:
@@ -105,7 +126,18 @@ class MemoryStore:
     def next_step(self, run_id: str) -> int:
         with self._lock:
             self._open()
-            return max(self._exchanges.get(run_id, {}), default=-1) + 1
+            stored = max(self._exchanges.get(run_id, {}), default=-1) + 1
+            return max(stored, self._allocated.get(run_id, 0))
+
+    def allocate_step(self, run_id: str) -> int:
+        with self._lock:
+            self._open()
+            if run_id not in self._runs:
+                raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
+            stored = max(self._exchanges.get(run_id, {}), default=-1) + 1
+            step = max(stored, self._allocated.get(run_id, 0))
+            self._allocated[run_id] = step + 1
+            return step
 
     def response_keys(self, run_id: str) -> dict[int, str]:
         with self._lock:
@@ -113,26 +145,33 @@ class MemoryStore:
             steps = self._exchanges.get(run_id, {})
             return {step: content_hash(e.response_body) for step, e in steps.items()}
 
-    def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
+    def exchanges(
+        self, run_id: str, *, bodies: bool = True, damaged: list[CassetteError] | None = None
+    ) -> list[Exchange]:
         """A run's exchanges in step order; bodies are always there (they cost nothing here)."""
         with self._lock:
             self._open()
             steps = self._exchanges.get(run_id, {})
-            return [copy.copy(steps[step]) for step in sorted(steps)]
+            return [copy.deepcopy(steps[step]) for step in sorted(steps)]
 
     def add_snapshot(self, snapshot: Snapshot) -> None:
         """Keep a snapshot; a later one for the same (run, step, adapter) replaces it."""
         with self._lock:
             self._open()
+            if snapshot.run_id not in self._runs:
+                raise CassetteError(
+                    f"no run {snapshot.run_id} in {self.label} for a snapshot",
+                    run_id=snapshot.run_id, step=snapshot.step,
+                )  # fmt: skip
             taken = self._snapshots.setdefault(snapshot.run_id, {})
-            taken[(snapshot.step, snapshot.adapter)] = copy.copy(snapshot)
+            taken[(snapshot.step, snapshot.adapter)] = copy.deepcopy(snapshot)
 
     def snapshots(self, run_id: str, *, data: bool = False) -> list[Snapshot]:
         """A run's snapshots by step, failed pulls included; `data=True` includes the state."""
         with self._lock:
             self._open()
             taken = self._snapshots.get(run_id, {})
-            found = [copy.copy(taken[key]) for key in sorted(taken)]
+            found = [copy.deepcopy(taken[key]) for key in sorted(taken)]
         if not data:
             for snapshot in found:
                 snapshot.data = b""
@@ -156,20 +195,24 @@ class MemoryStore:
     def add_experiment_branch(self, name: str, branch: StoredBranch) -> None:
         with self._lock:
             self._open()
-            self._experiments[name][1].append(copy.deepcopy(branch))
+            self._experiment(name)[1].append(copy.deepcopy(branch))
 
     def finish_experiment(self, name: str, *, ended_at: float) -> None:
         with self._lock:
             self._open()
-            experiment, branches = self._experiments[name]
+            experiment, branches = self._experiment(name)
             self._experiments[name] = (experiment._replace(ended_at=ended_at), branches)
+
+    def _experiment(self, name: str) -> tuple[StoredExperiment, list[StoredBranch]]:
+        found = self._experiments.get(name)
+        if found is None:
+            raise ConfigError(f"no experiment {name!r} in {self.label}")
+        return found
 
     def get_experiment(self, name: str) -> tuple[StoredExperiment, list[StoredBranch]]:
         with self._lock:
             self._open()
-            found = self._experiments.get(name)
-            if found is None:
-                raise ConfigError(f"no experiment {name!r} in {self.label}")
+            found = self._experiment(name)
             return copy.deepcopy(found[0]), sorted(copy.deepcopy(found[1]), key=lambda b: b.seq)
 
     def list_experiments(self) -> list[StoredExperiment]:

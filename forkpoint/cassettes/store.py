@@ -1,10 +1,18 @@
-"""The `Store` protocol: what the proxy and the CLI need from a cassette, whatever holds it."""
+"""The `Store` protocol: what the proxy and the CLI need from a cassette, whatever holds it.
+
+Split as hishel splits its storage: a `RunStore` keeps what a proxy records (runs, their
+exchanges and snapshots, and the blobs their bytes are kept in), an `ExperimentStore` keeps
+what `forkpoint experiment` adds over them; `Store` is both, which every implementation is
+(memory, SQLite, PostgreSQL) and what everything else imports. tests/cassettes/test_contract.py
+holds every implementation to this page.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any, NamedTuple, Protocol
 
+from forkpoint.errors import CassetteError
 from forkpoint.models import Exchange, Run, RunStatus, Snapshot
 
 
@@ -31,8 +39,10 @@ class StoredBranch(NamedTuple):
     result: dict[str, Any]
 
 
-class Store(Protocol):
-    """A cassette. Writes are durable when the call returns; a closed store refuses calls."""
+class RunStore(Protocol):
+    """Runs, exchanges and snapshots. Writes are durable when the call returns; nothing
+    stored is ever rewritten (a run id or a step taken raises `AlreadyRecorded`); a closed
+    store raises CassetteError."""
 
     def create_run(self, run: Run) -> None: ...
 
@@ -48,37 +58,66 @@ class Store(Protocol):
     def get_run(self, run_id: str) -> Run: ...
 
     def find_run(self, ref: str) -> Run:
-        """A run by id, unique id prefix or name (newest first); raises RunNotFound."""
+        """A run by id, name (the newest of that name) or a unique id prefix of 4 characters
+        or more; raises RunNotFound."""
         ...
 
-    def list_runs(self) -> list[Run]: ...
+    def list_runs(
+        self, *, newest: int | None = None, damaged: list[CassetteError] | None = None
+    ) -> list[Run]:
+        """Every run, or the `newest` ones, oldest first (by id). With `damaged`, a run whose
+        row does not read is left out and its error added there, so a reader shows what it
+        can; else it raises."""
+        ...
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
         """Store completed exchanges, all in one transaction."""
         ...
 
     def response_keys(self, run_id: str) -> dict[int, str]:
-        """Per step of a run, a key equal for equal response bodies (their content hashes),
-        read without loading the bodies."""
+        """Per step of a run, a key equal for equal response bodies, read without loading
+        the bodies."""
         ...
 
-    def exchanges(self, run_id: str, *, bodies: bool = True) -> list[Exchange]:
-        """A run's exchanges in step order; `bodies=False` skips loading request/response bytes."""
+    def exchanges(
+        self, run_id: str, *, bodies: bool = True, damaged: list[CassetteError] | None = None
+    ) -> list[Exchange]:
+        """A run's exchanges in step order; `bodies=False` may skip loading request/response
+        bytes (and a stream's chunk bytes). A step that does not read raises a CassetteError
+        naming it, or with `damaged` is left out and its error added there."""
         ...
 
     def step_count(self, run_id: str) -> int: ...
 
     def next_step(self, run_id: str) -> int:
-        """The step after the run's highest (0 for none): a crash may have left gaps."""
+        """The step after the run's highest stored or allocated one (0 for none): a crash
+        may have left gaps."""
         ...
 
-    def add_snapshot(self, snapshot: Snapshot) -> None: ...
+    def allocate_step(self, run_id: str) -> int:
+        """Take the run's next step number, atomically across every process sharing the
+        store (proxies serving one run at once); the run must exist."""
+        ...
 
-    def snapshots(self, run_id: str, *, data: bool = False) -> list[Snapshot]: ...
+    def add_snapshot(self, snapshot: Snapshot) -> None:
+        """Keep a snapshot; a later one for the same (run, step, adapter) replaces it (a pull
+        retried at the same step)."""
+        ...
+
+    def snapshots(self, run_id: str, *, data: bool = False) -> list[Snapshot]:
+        """A run's snapshots by step then adapter, failed pulls included; `data=True` loads
+        the state."""
+        ...
 
     def latest_snapshots(self, run_id: str, *, at_most: int | None = None) -> list[Snapshot]:
         """For each adapter, its newest good snapshot at a step <= `at_most`, state loaded."""
         ...
+
+    def close(self) -> None: ...
+
+
+class ExperimentStore(Protocol):
+    """Experiments over the runs: each one's spec and the branch it forked from each run."""
 
     def create_experiment(self, experiment: StoredExperiment) -> None:
         """Start an experiment; raises ConfigError when the name is taken."""
@@ -96,4 +135,6 @@ class Store(Protocol):
         """Every experiment, oldest first."""
         ...
 
-    def close(self) -> None: ...
+
+class Store(RunStore, ExperimentStore, Protocol):
+    """A cassette: a `RunStore` and an `ExperimentStore` in one place."""

@@ -1,23 +1,27 @@
-"""Moving runs between a store and files: vcrpy YAML, JSON lines and HAR.
+"""Moving runs between a store and files (vcrpy YAML, JSON lines, HAR), and between stores.
 
 A production run captured by `forkpoint serve` becomes a test cassette with `dump_run`, and a
 cassette that vcrpy recorded, or a HAR from a browser, becomes a run to replay with
-`load_file`.
+`load_file`. `copy_runs` moves runs as they are (ids, steps, bytes, snapshots) from one store
+to another: an SQLite file to PostgreSQL and back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from forkpoint.cassettes.formats import har, jsonl, text
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.config import DEFAULT_ROUTES
-from forkpoint.errors import CassetteError, ConfigError
+from forkpoint.errors import AlreadyRecorded, CassetteError, ConfigError, RunNotFound
 from forkpoint.models import Exchange, Run, new_run_id
 
-__all__ = ["FORMATS", "dump_run", "guess_format", "load_file"]
+__all__ = ["FORMATS", "copy_runs", "dump_run", "guess_format", "load_file"]
+
+# Exchanges written per transaction by `copy_runs`.
+COPY_BATCH = 200
 
 Dumps = Callable[[Run, Sequence[Exchange]], str]
 Loads = Callable[..., tuple[Run, list[Exchange]]]
@@ -56,6 +60,40 @@ def load_file(
         parent_id=None,
     )
     return imported, exchanges
+
+
+def copy_runs(
+    source: Store, target: Store, refs: Sequence[str] = ()
+) -> Iterator[tuple[Run, int | None]]:
+    """Copy the runs `refs` name (every run if none), each with the runs it was forked or
+    replayed from, oldest first, as they are: same ids, steps, bytes and snapshots. Yields each
+    run with its step count, or None for a run the target holds already (never rewritten)."""
+    chosen = [source.find_run(ref) for ref in refs] if refs else source.list_runs()
+    runs: dict[str, Run] = {}
+    for run in chosen:
+        while run.id not in runs:
+            runs[run.id] = run
+            if run.parent_id is None:
+                break
+            run = source.get_run(run.parent_id)
+    for run in sorted(runs.values(), key=lambda r: r.id):
+        try:
+            target.get_run(run.id)
+            yield run, None
+            continue
+        except RunNotFound:
+            pass
+        try:
+            target.create_run(run)
+        except AlreadyRecorded:  # copied there meanwhile
+            yield run, None
+            continue
+        exchanges = source.exchanges(run.id)
+        for start in range(0, len(exchanges), COPY_BATCH):
+            target.add_exchanges(exchanges[start : start + COPY_BATCH])
+        for snapshot in source.snapshots(run.id, data=True):
+            target.add_snapshot(snapshot)
+        yield run, len(exchanges)
 
 
 def guess_format(path: Path, content: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from forkpoint.cli.ca import ca
+from forkpoint.cli.copy import copy_command
 from forkpoint.cli.diff import diff
 from forkpoint.cli.experiment import experiment
 from forkpoint.cli.fork import fork
@@ -30,6 +31,6 @@ def main() -> None:
 
 for command in (
     record, replay, fork, resume, serve, runs, show, snapshots, diff, experiment,
-    export_command, import_command, ca,
+    export_command, import_command, copy_command, ca,
 ):  # fmt: skip
     main.add_command(command)

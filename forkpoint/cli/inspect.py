@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -10,23 +11,34 @@ import orjson
 from forkpoint import api
 from forkpoint.cli.options import cassette_option, prices, reports_errors
 from forkpoint.compare.cost import exchange_cost, run_totals, usd
+from forkpoint.errors import CassetteError
 from forkpoint.models import Exchange, Run
+
+# Runs `forkpoint runs` lists unless told otherwise: a cassette may hold thousands.
+PAGE = 100
 
 
 @click.command()
 @cassette_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
+@click.option("--last", default=PAGE, show_default=True, help="List the newest N runs.")
+@click.option("--all", "every", is_flag=True, help="List every run.")
 @prices
 @reports_errors
-def runs(cassette: str | None, as_json: bool) -> None:
-    """List the runs in the cassette, oldest first.
+def runs(cassette: str | None, as_json: bool, last: int, every: bool) -> None:
+    """List the runs in the cassette (the newest --last of them), oldest first.
 
     Example: forkpoint runs --json
     """
-    found = [(r.run, r.exchanges) for r in api.runs(api.Options(cassette=cassette))]
+    damaged: list[CassetteError] = []
+    newest = None if every else last
+    options = api.Options(cassette=cassette)
+    found = [(r.run, r.exchanges) for r in api.runs(options, newest=newest, damaged=damaged)]
+    if newest is not None and len(found) == newest:
+        click.echo(f"forkpoint: the newest {newest} runs (older ones: --last N, --all)", err=True)
     if as_json:
         click.echo(orjson.dumps([_run_json(r, e) for r, e in found], option=orjson.OPT_INDENT_2))
-        return
+        return _exit_if(damaged)
     click.echo(
         f"{'id':30}  {'status':9}  {'steps':>5}  {'tokens':>7}  {'cost':>10}  {'mode':6}  "
         "name / change"
@@ -38,6 +50,15 @@ def runs(cassette: str | None, as_json: bool) -> None:
             f"{indent + run.id:30}  {run.status:9}  {len(exchanges):>5}  {totals.tokens:>7}  "
             f"{usd(totals.cost_usd):>10}  {run.mode:6}  {run.name or ''}{describe_branch(run)}"
         )
+    _exit_if(damaged)
+
+
+def _exit_if(damaged: list[CassetteError]) -> None:
+    """After showing what could be read: what could not, on stderr, and exit 1."""
+    for error in damaged:
+        click.echo(f"forkpoint: {error} (left out)", err=True)
+    if damaged:
+        sys.exit(1)
 
 
 def tree_order(
@@ -79,7 +100,8 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
 
     Example: forkpoint show ticket-1
     """
-    shown = api.show(run, api.Options(cassette=cassette))
+    damaged: list[CassetteError] = []
+    shown = api.show(run, api.Options(cassette=cassette), damaged=damaged)
     found, exchanges = shown.run, shown.exchanges
     if as_json:
         document = {
@@ -87,7 +109,7 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
             "exchanges": [_exchange_json(e) for e in exchanges],
         }
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
-        return
+        return _exit_if(damaged)
     click.echo(f"run {found.id}  {found.status}  {found.name or ''}")
     click.echo(
         f"{'step':>4}  {'kind':5}  {'origin':8}  {'status':>6}  {'model':22}  "
@@ -112,6 +134,7 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
         f"LLM {totals.llm_ms:.0f} ms, tools {totals.tool_ms:.0f} ms, "
         f"wall {totals.wall_ms:.0f} ms{replayed}"
     )
+    _exit_if(damaged)
 
 
 def _run_json(run: Run, exchanges: list[Exchange]) -> dict[str, Any]:

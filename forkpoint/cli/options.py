@@ -31,13 +31,24 @@ EXIT_USAGE = 2
 
 
 def cassette_option(command: Command) -> Command:
-    return click.option(
-        "--cassette",
-        envvar="FORKPOINT_CASSETTE",
-        type=click.Path(dir_okay=False),
-        default=None,
+    """--cassette FILE and --store PATH|URL, one of them, as `cassette=` (None: the API reads
+    $FORKPOINT_STORE, then $FORKPOINT_CASSETTE, then the default file)."""
+    command = click.option(
+        "--store", metavar="PATH|URL", default=None,
+        help="Where the cassette lives: an SQLite file, or postgresql://… [env FORKPOINT_STORE].",
+    )(command)  # fmt: skip
+    command = click.option(
+        "--cassette", type=click.Path(dir_okay=False), default=None,
         help="Cassette file [default: .forkpoint/forkpoint.db; env FORKPOINT_CASSETTE].",
-    )(command)
+    )(command)  # fmt: skip
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, cassette: str | None, store: str | None, **kwargs: Any) -> Any:
+        if cassette and store:
+            raise click.UsageError("give --cassette or --store, not both")
+        return command(*args, cassette=store or cassette, **kwargs)
+
+    return wrapper
 
 
 def port_option(command: Command) -> Command:

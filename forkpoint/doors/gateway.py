@@ -72,7 +72,7 @@ from forkpoint.engine.lifecycle import (
 from forkpoint.engine.mocks import MockRequest
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.websocket import opens
-from forkpoint.errors import ConfigError, UpstreamError
+from forkpoint.errors import CassetteError, ConfigError, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Gateway:
         self.recorder = recorder
         self.snapshots = snapshots
         self.control = Control(snapshots)
-        self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace)
+        self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace, sessions=sessions)
         self.pace = pace
         self.max_body = max_body
         self._secret = intercept_secret
@@ -118,10 +118,20 @@ class Gateway:
             session = await self.sessions.get(run_id)
         except ConfigError as error:
             return _error(request.method, route, 400, f"forkpoint: {error}", "forkpoint_run")
+        except CassetteError as error:  # a run named by the request, made in the store
+            message = f"forkpoint: cannot open run {run_id}: {error}"
+            log.warning("%s", message)
+            return _error(request.method, route, 503, message, "forkpoint_store")
         if route.startswith(CONTROL_PREFIX):
             return await self.control.handle(request, session, route, body)
+        try:
+            step = await self.sessions.allocate(session)
+        except CassetteError as error:
+            message = f"forkpoint: no step for this request in run {session.run.id}: {error}"
+            log.warning("%s", message)
+            return _error(request.method, route, 503, message, "forkpoint_store")
         ours = Request(request.method, route, decode_headers(request.raw_headers), body)
-        action = decide(session, ours, config)
+        action = decide(session, ours, config, step=step)
         events = None
         if is_upgrade(ours.headers) and isinstance(action, Serve | Forward) and opens(action):
             opened = await self.sockets.open(request, session, ours, action, config)

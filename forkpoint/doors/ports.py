@@ -21,6 +21,12 @@ class Sessions(Protocol):
         id the proxy will not serve."""
         ...
 
+    async def allocate(self, session: Session) -> int | None:
+        """The step of a request that just arrived, when the store numbers the session's steps
+        (other proxies may serve its run too); None when the session numbers its own. Raises
+        CassetteError when the store cannot give one."""
+        ...
+
 
 class Recorder(Protocol):
     def submit(self, item: Item) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 from aiohttp import WSMsgType, web
 
-from forkpoint.doors.ports import Recorder, Sender, UpstreamSocket
+from forkpoint.doors.ports import Recorder, Sender, Sessions, UpstreamSocket
 from forkpoint.engine import frames
 from forkpoint.engine.config import EngineConfig
 from forkpoint.engine.decide import Forward, Request, Serve
@@ -35,7 +36,7 @@ from forkpoint.engine.websocket import (
     ToUpstream,
     connect,
 )
-from forkpoint.errors import UpstreamError
+from forkpoint.errors import CassetteError, UpstreamError
 
 # What described the body of a refused handshake, which aiohttp does not keep.
 _BODY = frozenset({"content-length", "content-encoding", "transfer-encoding"})
@@ -44,9 +45,10 @@ _BODY = frozenset({"content-length", "content-encoding", "transfer-encoding"})
 class Sockets:
     """Opens and serves the websockets of one gateway."""
 
-    def __init__(self, *, sender: Sender, recorder: Recorder, pace: Pace):
+    def __init__(self, *, sender: Sender, recorder: Recorder, pace: Pace, sessions: Sessions):
         self._sender = sender
         self._recorder = recorder
+        self._sessions = sessions  # a message's step, for a run other proxies serve too
         self._pace = pace
         self._open: set[web.WebSocketResponse] = set()
 
@@ -97,7 +99,9 @@ class Sockets:
             raise
         self._open.add(socket)
         try:
-            await _Serving(socket, connection, upstream, self._sender, self._recorder).run(opening)
+            await _Serving(
+                socket, connection, upstream, self._sender, self._recorder, self._sessions
+            ).run(opening)
         finally:
             self._open.discard(socket)
         return socket
@@ -108,8 +112,9 @@ class _Serving:
 
     def __init__(
         self, socket: web.WebSocketResponse, connection: Connection,
-        upstream: UpstreamSocket | None, sender: Sender, recorder: Recorder,
+        upstream: UpstreamSocket | None, sender: Sender, recorder: Recorder, sessions: Sessions,
     ):  # fmt: skip
+        self._sessions = sessions
         self._socket = socket
         self._connection = connection
         self._upstream = upstream
@@ -132,7 +137,15 @@ class _Serving:
                     frame = Frame(message.data, binary=True)
                 else:
                     break
-                await self._carry_out(self._connection.from_agent(frame, time.perf_counter()))
+                try:
+                    step = await self._sessions.allocate(self._connection.session)
+                except CassetteError as error:  # a message nobody could number: not sent on
+                    logging.getLogger(__name__).warning("forkpoint: %s", error)
+                    await self._socket.close(code=1011, message=b"forkpoint: the store is away")
+                    break
+                await self._carry_out(
+                    self._connection.from_agent(frame, time.perf_counter(), step=step)
+                )
                 if self._ended:
                     break
             if self._ended:  # closing on our side: what is due to the agent, then the close

@@ -90,9 +90,14 @@ def snapshot_point(action: Action) -> bool | None:
     return None
 
 
-def decide(session: Session, request: Request, config: EngineConfig) -> Action:
-    step = session.next_step
-    session.next_step += 1
+def decide(
+    session: Session, request: Request, config: EngineConfig, *, step: int | None = None
+) -> Action:
+    """What to do with `request`, which takes step `step` (the store allocated it: other
+    proxies serve the run too), or else the session's next step."""
+    if step is None:
+        step = session.next_step
+    session.next_step = max(session.next_step, step + 1)
     redaction = config.redaction
     route = redaction.route(request.route)
     # Matching needs the fingerprint now; a live request's is left to the recorder.

@@ -129,10 +129,11 @@ class Connection:
         connection._begin(record, now)
         return connection
 
-    def from_agent(self, frame: Frame, now: float) -> list[Command]:
+    def from_agent(self, frame: Frame, now: float, *, step: int | None = None) -> list[Command]:
+        """A message from the agent; `step`: the one the store allocated it (see `decide`)."""
         commands = self._end(now)
         request = Request(frames.WS, self.upgrade.route, frames.message_headers(frame), frame.data)
-        action = decide(self.session, request, self.config)
+        action = decide(self.session, request, self.config, step=step)
         match action:
             case Serve():
                 action.record.status = action.recorded.status

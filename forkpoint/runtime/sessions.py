@@ -4,6 +4,13 @@ Opening a session reads the store on a worker thread, and a new run is created t
 recorder, ahead of its exchanges: the event loop never waits on the store. A session that is
 still opening is already known by its run id, so an agent started while its run loads waits
 for it instead of recording a run of its own.
+
+Steps: a session this proxy opened itself (the run of `record -- CMD`, a replay, a fork, a
+resume, `serve`'s default run) is served by this proxy alone and numbers its own steps. A run
+a request names that this proxy did not open may be served by other proxies on the same store
+at once (a fleet behind a load balancer, two `serve`s on one file): it is created in the store
+when it opens, and each request takes its step from the store as it arrives
+(`Store.allocate_step`, on a thread of its own, in arrival order).
 """
 
 from __future__ import annotations
@@ -11,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from forkpoint.cassettes.store import Store
 from forkpoint.doors.ports import Recorder
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
 from forkpoint.engine.session import Session
-from forkpoint.errors import ConfigError, RunNotFound
+from forkpoint.errors import AlreadyRecorded, ConfigError, RunNotFound
 from forkpoint.models import Mode, Run, RunStatus, Snapshot, new_run_id
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -32,6 +40,8 @@ class Sessions:
         self._recorder = recorder
         self._sessions: dict[str, asyncio.Future[Session]] = {}
         self.default_id: str | None = None
+        self._shared: set[str] = set()  # runs whose steps the store allocates
+        self._allocator: ThreadPoolExecutor | None = None
 
     async def record(
         self,
@@ -162,7 +172,20 @@ class Sessions:
             return await opening
         if not _RUN_ID.match(run_id):
             raise ConfigError(f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-'")
-        return await self._open(run_id, False, lambda: self._existing_or_new(run_id))
+        return await self._open(run_id, False, lambda: self._shared_run(run_id))
+
+    async def allocate(self, session: Session) -> int | None:
+        """The step of a request that just arrived for `session`, taken from the store for a
+        run other proxies may serve too; None for a session that numbers its own."""
+        run_id = session.run.id
+        if run_id not in self._shared:
+            return None
+        if self._allocator is None:
+            # One thread: steps are taken in the order requests arrived, and a slow read on
+            # the default executor (a run loading) never holds a request back.
+            self._allocator = ThreadPoolExecutor(1, thread_name_prefix="forkpoint-steps")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._allocator, self._store.allocate_step, run_id)
 
     def all(self) -> list[Session]:
         return [f.result() for f in self._sessions.values() if f.done() and not f.exception()]
@@ -183,14 +206,22 @@ class Sessions:
                 )
 
         await asyncio.to_thread(write)
+        if self._allocator is not None:
+            self._allocator.shutdown()
 
-    def _existing_or_new(self, run_id: str) -> Session:
+    def _shared_run(self, run_id: str) -> Session:
+        """A run a request names: made in the store now unless it is there (recorded before,
+        or made by another proxy at the same moment); its steps are allocated after its last."""
         try:
-            existing = self._store.get_run(run_id)
+            run = self._store.get_run(run_id)
         except RunNotFound:
-            return self._new(Session.record(Run(id=run_id)))
-        # A run recorded before this proxy started: go on appending to it, after its last step.
-        return Session.record(existing, next_step=self._store.next_step(run_id))
+            run = Run(id=run_id)
+            try:
+                self._store.create_run(run)
+            except AlreadyRecorded:
+                run = self._store.get_run(run_id)
+        self._shared.add(run_id)
+        return Session.record(run)
 
     def _new(self, session: Session) -> Session:
         """A session of a run the cassette does not hold yet: the run is written first."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from html.parser import HTMLParser
 
 from forkpoint.cassettes.sqlite.store import SqliteStore
@@ -61,9 +62,10 @@ def test_the_page_is_valid_and_self_contained(tmp_path):
 
 def test_values_from_the_cassette_are_escaped(tmp_path):
     build(tmp_path / "c.db")
+    with sqlite3.connect(tmp_path / "c.db") as conn:
+        conn.execute("UPDATE runs SET name = '<script>alert(1)</script>' WHERE id = 'p1'")
+    conn.close()
     store = SqliteStore(tmp_path / "c.db")
-    store.db.execute("UPDATE runs SET name = '<script>alert(1)</script>' WHERE id = 'p1'")
-    store.db.conn.commit()
     page = experiment_html(load_experiment(store, "mini"))
     store.close()
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page

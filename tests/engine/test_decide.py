@@ -54,6 +54,13 @@ def test_record_forwards_to_the_upstream_of_the_route_and_numbers_steps():
     assert first.record.run_id == "r1"
 
 
+def test_a_step_the_store_allocated_is_the_records_step():
+    session = Session(Run("r1"))
+    shared = decide(session, post("/v1/chat/completions", chat("hi")), CONFIG, step=7)
+    assert isinstance(shared, Forward) and shared.record.step == 7
+    assert session.next_step == 8  # the session knows steps were taken
+
+
 def test_upstream_with_a_path_keeps_it():
     routes = Routes("http://127.0.0.1:9000/openai/")
     assert routes.resolve("/v1/models?x=1") == "http://127.0.0.1:9000/openai/v1/models?x=1"

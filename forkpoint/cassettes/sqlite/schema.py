@@ -1,127 +1,90 @@
-"""The SQLite cassette's schema, and the conversions between its rows and the models."""
+"""The SQLite cassette's schema, as numbered migrations.
+
+`MIGRATIONS[n]` takes a cassette from schema version n to n + 1: a new cassette gets them all,
+an older one opened for writing gets the ones it lacks, in one transaction. The version is
+the file's `PRAGMA user_version`, and `PRAGMA application_id` marks the file as a cassette.
+A read never migrates: a reader reads any version from READABLE_FROM on as it is.
+"""
 
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
-from typing import Any
 
-import orjson
-import sqlite_utils
-
-from forkpoint.models import Chunk, Headers, Mode, Run, RunStatus
-
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# The oldest version this forkpoint reads without migrating it.
+READABLE_FROM = 1
 # PRAGMA application_id marks the file as a forkpoint cassette ("fkpt").
 APPLICATION_ID = 0x666B7074
 
+# Version 1, as sqlite-utils created it before the migrations existed.
+_V1 = """
+CREATE TABLE "runs" (
+   "id" TEXT PRIMARY KEY, "name" TEXT, "labels" TEXT, "status" TEXT, "mode" TEXT,
+   "parent_id" TEXT REFERENCES "runs"("id"), "fork_step" INTEGER, "change" TEXT,
+   "created_at" REAL, "ended_at" REAL, "error" TEXT
+);
+CREATE TABLE "blobs" ("hash" TEXT PRIMARY KEY, "size" INTEGER, "codec" TEXT, "data" BLOB);
+CREATE TABLE "exchanges" (
+   "run_id" TEXT REFERENCES "runs"("id"), "step" INTEGER, "method" TEXT, "route" TEXT,
+   "upstream" TEXT, "request_headers" TEXT, "request_body" TEXT, "fingerprint" TEXT,
+   "status" INTEGER, "response_headers" TEXT, "response_body" TEXT, "streamed" INTEGER,
+   "complete" INTEGER, "error" TEXT, "origin" TEXT, "started_at" REAL, "ttfb_ms" REAL,
+   "duration_ms" REAL, "kind" TEXT, "dialect" TEXT, "model" TEXT, "input_tokens" INTEGER,
+   "output_tokens" INTEGER, "cached_tokens" INTEGER, "reasoning_tokens" INTEGER,
+   "tool_calls" TEXT, "finish_reason" TEXT, "text" TEXT,
+   PRIMARY KEY ("run_id", "step")
+);
+CREATE TABLE "chunks" (
+   "run_id" TEXT, "step" INTEGER, "seq" INTEGER, "offset_ms" REAL, "size" INTEGER,
+   "end" INTEGER,
+   PRIMARY KEY ("run_id", "step", "seq")
+);
+CREATE TABLE "snapshots" (
+   "run_id" TEXT REFERENCES "runs"("id"), "step" INTEGER, "adapter" TEXT,
+   "content_type" TEXT, "body" TEXT, "size" INTEGER, "error" TEXT, "taken_at" REAL,
+   "duration_ms" REAL,
+   PRIMARY KEY ("run_id", "step", "adapter")
+);
+CREATE INDEX "idx_runs_name" ON "runs" ("name");
+CREATE INDEX "idx_exchanges_run_id_fingerprint" ON "exchanges" ("run_id", "fingerprint");
+CREATE TABLE "experiments" (
+   "name" TEXT PRIMARY KEY, "created_at" REAL, "ended_at" REAL, "spec" TEXT
+);
+CREATE TABLE "experiment_runs" (
+   "experiment" TEXT REFERENCES "experiments"("name"), "seq" INTEGER,
+   "source_id" TEXT REFERENCES "runs"("id"), "branch_id" TEXT REFERENCES "runs"("id"),
+   "error" TEXT, "result" TEXT,
+   PRIMARY KEY ("experiment", "seq")
+);
+"""
 
-def create_schema(db: sqlite_utils.Database) -> None:
-    """Tables, indexes and the PRAGMAs that mark the file as a cassette of this version."""
-    db.table("runs").create(
-        {
-            "id": str, "name": str, "labels": str, "status": str, "mode": str,
-            "parent_id": str, "fork_step": int, "change": str, "created_at": float,
-            "ended_at": float, "error": str,
-        },
-        pk="id",
-        foreign_keys=[("parent_id", "runs", "id")],
-    )  # fmt: skip
-    db.table("blobs").create({"hash": str, "size": int, "codec": str, "data": bytes}, pk="hash")
-    db.table("exchanges").create(
-        {
-            "run_id": str, "step": int, "method": str, "route": str, "upstream": str,
-            "request_headers": str, "request_body": str, "fingerprint": str,
-            "status": int, "response_headers": str, "response_body": str,
-            "streamed": int, "complete": int, "error": str, "origin": str,
-            "started_at": float, "ttfb_ms": float, "duration_ms": float,
-            "kind": str, "dialect": str, "model": str, "input_tokens": int,
-            "output_tokens": int, "cached_tokens": int, "reasoning_tokens": int,
-            "tool_calls": str, "finish_reason": str, "text": str,
-        },
-        pk=("run_id", "step"),
-        foreign_keys=[("run_id", "runs", "id")],
-    )  # fmt: skip
-    db.table("chunks").create(
-        {"run_id": str, "step": int, "seq": int, "offset_ms": float, "size": int, "end": int},
-        pk=("run_id", "step", "seq"),
-    )
-    db.table("snapshots").create(
-        {
-            "run_id": str, "step": int, "adapter": str, "content_type": str,
-            "body": str, "size": int, "error": str, "taken_at": float, "duration_ms": float,
-        },
-        pk=("run_id", "step", "adapter"),
-        foreign_keys=[("run_id", "runs", "id")],
-    )  # fmt: skip
-    db.table("runs").create_index(["name"])
-    db.table("exchanges").create_index(["run_id", "fingerprint"])
-    create_experiment_tables(db)
-    db.execute(f"PRAGMA application_id={APPLICATION_ID}")
-    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+# Version 2: `runs.next_step`, the step a proxy takes next for the run (`allocate_step`), so
+# proxies serving one run at once never number two exchanges alike; and the experiment tables
+# for a version-1 cassette written before they existed.
+_V2 = """
+ALTER TABLE "runs" ADD COLUMN "next_step" INTEGER NOT NULL DEFAULT 0;
+UPDATE "runs" SET "next_step" = coalesce(
+   (SELECT max("step") + 1 FROM "exchanges" WHERE "exchanges"."run_id" = "runs"."id"), 0);
+CREATE TABLE IF NOT EXISTS "experiments" (
+   "name" TEXT PRIMARY KEY, "created_at" REAL, "ended_at" REAL, "spec" TEXT
+);
+CREATE TABLE IF NOT EXISTS "experiment_runs" (
+   "experiment" TEXT REFERENCES "experiments"("name"), "seq" INTEGER,
+   "source_id" TEXT REFERENCES "runs"("id"), "branch_id" TEXT REFERENCES "runs"("id"),
+   "error" TEXT, "result" TEXT,
+   PRIMARY KEY ("experiment", "seq")
+);
+"""
 
-
-def create_experiment_tables(db: sqlite_utils.Database) -> None:
-    """`experiments` (name, times, spec JSON) and `experiment_runs` (each selected run, its
-    branch run or the error, and a JSON result). Also run on a cassette written before these
-    tables existed (same schema version: none was released without them)."""
-    db.table("experiments").create(
-        {"name": str, "created_at": float, "ended_at": float, "spec": str},
-        pk="name",
-        if_not_exists=True,
-    )
-    db.table("experiment_runs").create(
-        {
-            "experiment": str, "seq": int, "source_id": str, "branch_id": str, "error": str,
-            "result": str,
-        },
-        pk=("experiment", "seq"),
-        foreign_keys=[
-            ("experiment", "experiments", "name"),
-            ("source_id", "runs", "id"),
-            ("branch_id", "runs", "id"),
-        ],
-        if_not_exists=True,
-    )  # fmt: skip
+MIGRATIONS: list[str] = [_V1, _V2]
+assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
-def cut_chunks(body: bytes, sizes: list[tuple[float, int]]) -> list[Chunk]:
-    chunks, position = [], 0
-    for offset_ms, size in sizes:
-        chunks.append(Chunk(offset_ms, body[position : position + size]))
-        position += size
-    return chunks
-
-
-def dump_headers(headers: Headers) -> str:
-    return orjson.dumps([list(pair) for pair in headers]).decode()
-
-
-def load_headers(text: str | None) -> Headers:
-    return tuple((name, value) for name, value in orjson.loads(text or "[]"))
-
-
-def run_from_row(row: tuple[Any, ...]) -> Run:
-    (id_, name, labels, status, mode, parent, fork_step, change, created, ended, error) = row
-    return Run(
-        id=id_,
-        name=name,
-        labels=orjson.loads(labels or "{}"),
-        status=RunStatus(status),
-        mode=Mode(mode),
-        parent_id=parent,
-        fork_step=fork_step,
-        change=None if change is None else orjson.loads(change),
-        created_at=created,
-        ended_at=ended,
-        error=error,
-    )
-
-
-def explain(path: Path, error: sqlite3.DatabaseError) -> str:
-    text = str(error)
-    if "locked" in text or "busy" in text:
-        return f"{path} is locked by another process (still locked after the busy timeout)"
-    if "not a database" in text or "malformed" in text:
-        return f"{path} is not a readable SQLite cassette ({text})"
-    return f"{path}: {text}"
+def migrate(conn: sqlite3.Connection, found: int) -> None:
+    """Apply the migrations after version `found`, inside the caller's transaction."""
+    for script in MIGRATIONS[found:]:
+        for statement in script.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

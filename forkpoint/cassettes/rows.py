@@ -1,0 +1,307 @@
+"""Rows of the SQL stores (SQLite and PostgreSQL) to and from the models.
+
+Both stores keep the same columns in the same order, so one set of conversions serves both. A
+row that does not read (a status this forkpoint does not know, a JSON column that is not JSON)
+is a damaged cassette: the error names the run and step, never a bare traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from forkpoint.cassettes import manifests
+from forkpoint.errors import CassetteError
+from forkpoint.models import (
+    Chunk,
+    Exchange,
+    Headers,
+    Kind,
+    Mode,
+    Origin,
+    Run,
+    RunStatus,
+    Snapshot,
+    Summary,
+    ToolCall,
+    Usage,
+)
+
+RUN_COLUMNS = (
+    "id", "name", "labels", "status", "mode", "parent_id", "fork_step", "change",
+    "created_at", "ended_at", "error",
+)  # fmt: skip
+EXCHANGE_COLUMNS = (
+    "run_id", "step", "method", "route", "upstream", "request_headers", "request_body",
+    "fingerprint", "status", "response_headers", "response_body", "streamed", "complete",
+    "error", "origin", "started_at", "ttfb_ms", "duration_ms", "kind", "dialect", "model",
+    "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "tool_calls",
+    "finish_reason", "text",
+)  # fmt: skip
+SNAPSHOT_COLUMNS = (
+    "run_id", "step", "adapter", "content_type", "body", "size", "error", "taken_at",
+    "duration_ms",
+)  # fmt: skip
+_X = {name: index for index, name in enumerate(EXCHANGE_COLUMNS)}
+_DAMAGE = (ValueError, TypeError, KeyError, IndexError, orjson.JSONDecodeError)
+
+
+def damaged(where: str, what: str, error: object) -> CassetteError:
+    return CassetteError(f"{where} is damaged: {what} ({error})")
+
+
+def read[T](where: str, what: str, convert: Callable[[], T]) -> T:
+    """`convert()`, a failure reported as damage to `where` (a run, a step)."""
+    try:
+        return convert()
+    except _DAMAGE as error:
+        raise damaged(where, what, error) from None
+
+
+def readable[R, T](
+    rows: Sequence[R], convert: Callable[[R], T], damaged: list[CassetteError] | None
+) -> list[T]:
+    """Each row converted; a damaged one raises, or with `damaged` is left out, said there."""
+    if damaged is None:
+        return [convert(row) for row in rows]
+    found = []
+    for row in rows:
+        try:
+            found.append(convert(row))
+        except CassetteError as error:
+            damaged.append(error)
+    return found
+
+
+def dump_json(value: object) -> str:
+    return orjson.dumps(value).decode()
+
+
+def dump_headers(headers: Headers) -> str:
+    return dump_json([list(pair) for pair in headers])
+
+
+def load_headers(text: str | None) -> Headers:
+    return tuple((str(name), str(value)) for name, value in orjson.loads(text or "[]"))
+
+
+def like_prefix(ref: str) -> str:
+    """A LIKE pattern (escape character `\\`) for ids starting with `ref`, in any case."""
+    escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
+
+
+def run_values(run: Run) -> tuple[Any, ...]:
+    return (
+        run.id, run.name, dump_json(run.labels), run.status, run.mode, run.parent_id,
+        run.fork_step, None if run.change is None else dump_json(run.change), run.created_at,
+        run.ended_at, run.error,
+    )  # fmt: skip
+
+
+def run_from_row(row: Sequence[Any]) -> Run:
+    (id_, name, labels, status, mode, parent, fork_step, change, created, ended, error) = row
+    where = f"run {id_}"
+    return Run(
+        id=id_,
+        name=name,
+        labels=read(where, "its labels", lambda: dict(orjson.loads(labels or "{}"))),
+        status=read(where, "its status", lambda: RunStatus(status)),
+        mode=read(where, "its mode", lambda: Mode(mode)),
+        parent_id=parent,
+        fork_step=fork_step,
+        change=read(where, "its change", lambda: None if change is None else orjson.loads(change)),
+        created_at=created,
+        ended_at=ended,
+        error=error,
+    )
+
+
+def exchange_values(ex: Exchange, request_body: str, response_body: str) -> tuple[Any, ...]:
+    """The exchange's columns in EXCHANGE_COLUMNS order; the bodies are their manifests."""
+    summary = ex.summary or Summary(kind=Kind.OTHER, dialect="generic")
+    usage = summary.usage
+    return (
+        ex.run_id, ex.step, ex.method, ex.route, ex.upstream,
+        dump_headers(ex.request_headers), request_body, ex.fingerprint, ex.status,
+        dump_headers(ex.response_headers), response_body, int(ex.streamed), int(ex.complete),
+        ex.error, ex.origin, ex.started_at, ex.ttfb_ms, ex.duration_ms,
+        summary.kind, summary.dialect, summary.model,
+        usage and usage.input, usage and usage.output,
+        usage and usage.cached, usage and usage.reasoning,
+        dump_json([[c.name, c.arguments, c.id] for c in summary.tool_calls]),
+        summary.finish_reason, summary.text,
+    )  # fmt: skip
+
+
+def exchange_from_row(
+    row: Sequence[Any], request_body: bytes, response_body: bytes
+) -> Exchange:
+    """An exchange from its columns (EXCHANGE_COLUMNS order) and its loaded bodies; a
+    stream's `chunks` is an empty list, to be cut by `cut_chunks`."""
+    x = _X
+    where = f"run {row[x['run_id']]} step {row[x['step']]}"
+    usage = None
+    if row[x["input_tokens"]] is not None:
+        usage = Usage(
+            row[x["input_tokens"]], row[x["output_tokens"]] or 0,
+            row[x["cached_tokens"]] or 0, row[x["reasoning_tokens"]] or 0,
+        )  # fmt: skip
+    summary = Summary(
+        kind=read(where, "its kind", lambda: Kind(row[x["kind"]])),
+        dialect=row[x["dialect"]],
+        model=row[x["model"]],
+        usage=usage,
+        tool_calls=read(where, "its tool calls", lambda: _tool_calls(row[x["tool_calls"]])),
+        finish_reason=row[x["finish_reason"]],
+        text=row[x["text"]],
+    )
+    method = row[x["method"]]
+    if not isinstance(method, str):
+        raise damaged(where, "its method", f"{method!r}")
+    return Exchange(
+        run_id=row[x["run_id"]],
+        step=row[x["step"]],
+        method=method,
+        route=row[x["route"]],
+        request_headers=read(where, "its request headers",
+                             lambda: load_headers(row[x["request_headers"]])),
+        request_body=request_body,
+        fingerprint=row[x["fingerprint"]],
+        status=row[x["status"]],
+        response_headers=read(where, "its response headers",
+                              lambda: load_headers(row[x["response_headers"]])),
+        response_body=response_body,
+        chunks=[] if row[x["streamed"]] else None,
+        complete=bool(row[x["complete"]]),
+        error=row[x["error"]],
+        origin=read(where, "its origin", lambda: Origin(row[x["origin"]])),
+        upstream=row[x["upstream"]],
+        started_at=row[x["started_at"]],
+        ttfb_ms=row[x["ttfb_ms"]],
+        duration_ms=row[x["duration_ms"]],
+        summary=summary,
+    )  # fmt: skip
+
+
+def _tool_calls(text: str | None) -> tuple[ToolCall, ...]:
+    return tuple(ToolCall(n, a, i) for n, a, i in orjson.loads(text or "[]"))
+
+
+def chunk_rows(ex: Exchange) -> list[tuple[Any, ...]]:
+    """(run_id, step, seq, offset_ms, size, end) per chunk, then an end marker row when the
+    stream ended cleanly, so a cut stream is visible in SQL."""
+    if ex.chunks is None:
+        return []
+    rows = [
+        (ex.run_id, ex.step, seq, c.offset_ms, len(c.data), 0) for seq, c in enumerate(ex.chunks)
+    ]
+    if ex.complete:
+        end = ex.duration_ms if ex.duration_ms is not None else 0.0
+        rows.append((ex.run_id, ex.step, len(ex.chunks), end, 0, 1))
+    return rows
+
+
+def cut_chunks(body: bytes, sizes: list[tuple[float, int]]) -> list[Chunk]:
+    chunks, position = [], 0
+    for offset_ms, size in sizes:
+        chunks.append(Chunk(offset_ms, body[position : position + size]))
+        position += size
+    return chunks
+
+
+def snapshot_values(snapshot: Snapshot, body: str) -> tuple[Any, ...]:
+    return (
+        snapshot.run_id, snapshot.step, snapshot.adapter, snapshot.content_type, body,
+        len(snapshot.data), snapshot.error, snapshot.taken_at, snapshot.duration_ms,
+    )  # fmt: skip
+
+
+def snapshot_from_row(row: Sequence[Any], data: bytes) -> Snapshot:
+    run_id, step, adapter, content_type, _, size, error, taken_at, duration_ms = row
+    return Snapshot(run_id, step, adapter, content_type, data, error, taken_at, duration_ms, size)
+
+
+Fetch = Callable[[list[str]], Iterable[tuple[str, str, bytes]]]  # hashes -> (hash, codec, data)
+
+
+def exchanges_from_rows(
+    rows: Sequence[Sequence[Any]], chunk_sizes: Iterable[Sequence[Any]], fetch: Fetch, *,
+    bodies: bool, damaged: list[CassetteError] | None,
+) -> list[Exchange]:  # fmt: skip
+    """A run's exchanges from its rows in step order, its (step, offset_ms, size) chunk rows,
+    and `fetch` for the blobs their bodies name (all fetched at once, each decompressed once).
+    A damaged row raises, or with `damaged` is left out and said there."""
+    if bodies:
+        planned = _planned(rows)
+        found = manifests.fetch_in_chunks(
+            manifests.wanted(h for plan in planned for h in (plan[1], plan[2])), fetch
+        )
+        result = readable(planned, lambda plan: _with_bodies(plan, found), damaged)
+    else:
+        result = readable(rows, lambda row: exchange_from_row(row, b"", b""), damaged)
+    by_step: dict[int, list[tuple[float, int]]] = {}
+    for step, offset_ms, size in chunk_sizes:
+        by_step.setdefault(step, []).append((offset_ms, size))
+    for exchange in result:
+        if exchange.chunks is not None:
+            exchange.chunks = cut_chunks(exchange.response_body, by_step.get(exchange.step, []))
+    return result
+
+
+_Plan = tuple[Sequence[Any], list[str], list[str], CassetteError | None]
+
+
+def _planned(rows: Sequence[Sequence[Any]]) -> list[_Plan]:
+    """Each row with its bodies' hashes, requests resolved in step order."""
+    reader = manifests.Bodies()
+    planned: list[_Plan] = []
+    for row in rows:
+        try:
+            request = reader.request(row[_X["step"]], row[_X["request_body"]])
+            response = reader.other(row[_X["response_body"]])
+            planned.append((row, request, response, None))
+        except ValueError as error:
+            problem = damaged(_where(row), "its body's list of blobs", error)
+            planned.append((row, [], [], problem))
+    return planned
+
+
+def _with_bodies(plan: _Plan, found: manifests.Blobs) -> Exchange:
+    row, request, response, problem = plan
+    if problem is not None:
+        raise problem
+    return exchange_from_row(row, _join(found, request, _where(row)),
+                             _join(found, response, _where(row)))  # fmt: skip
+
+
+def _join(found: manifests.Blobs, hashes: list[str], where: str) -> bytes:
+    try:
+        return found.join(hashes)
+    except KeyError as missing:
+        raise damaged(where, "a body", f"blob {missing} is missing") from None
+    except ValueError as error:
+        raise damaged(where, "a body", error) from None
+
+
+def _where(row: Sequence[Any]) -> str:
+    return f"run {row[_X['run_id']]} step {row[_X['step']]}"
+
+
+def snapshots_from_rows(
+    rows: Sequence[Sequence[Any]], fetch: Fetch, *, data: bool
+) -> list[Snapshot]:
+    """Snapshots from their rows (SNAPSHOT_COLUMNS order), states loaded with `data`."""
+    if not data:
+        return [snapshot_from_row(row, b"") for row in rows]
+    planned = []
+    for row in rows:
+        where = f"run {row[0]} step {row[1]} (snapshot {row[2]})"
+        try:
+            planned.append((row, manifests.Bodies.other(row[4]), where))
+        except ValueError as error:
+            raise damaged(where, "its state's list of blobs", error) from None
+    found = manifests.fetch_in_chunks(manifests.wanted(h for _, h, _ in planned), fetch)
+    return [snapshot_from_row(row, _join(found, hashes, where)) for row, hashes, where in planned]
