@@ -131,4 +131,3 @@ def decompress(codec: str, data: bytes) -> bytes:
     if codec == Codec.RAW:
         return data
     raise ValueError(f"unknown blob codec {codec!r}")
-

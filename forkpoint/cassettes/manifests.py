@@ -220,4 +220,3 @@ def fetch_in_chunks(
 ) -> Blobs:  # fmt: skip
     return Blobs(row for start in range(0, len(hashes), size)
                  for row in fetch(hashes[start : start + size]))  # fmt: skip
-

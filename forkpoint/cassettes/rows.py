@@ -38,14 +38,25 @@ EXCHANGE_COLUMNS = (
     "fingerprint", "status", "response_headers", "response_body", "streamed", "complete",
     "error", "origin", "started_at", "ttfb_ms", "duration_ms", "kind", "dialect", "model",
     "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "tool_calls",
-    "finish_reason", "text",
+    "finish_reason", "text", "note",
 )  # fmt: skip
+# Columns a store of an older schema lacks, with the version that added each: read as NULL.
+ADDED_IN = {"note": {"sqlite": 3, "postgres": 2}}
 SNAPSHOT_COLUMNS = (
     "run_id", "step", "adapter", "content_type", "body", "size", "error", "taken_at",
     "duration_ms",
 )  # fmt: skip
 _X = {name: index for index, name in enumerate(EXCHANGE_COLUMNS)}
 _DAMAGE = (ValueError, TypeError, KeyError, IndexError, orjson.JSONDecodeError)
+
+
+def exchange_select(store: str, version: int) -> str:
+    """The exchange columns to select from a store of `version`: a column added later is
+    read as NULL (a reader never migrates)."""
+    return ", ".join(
+        f"NULL AS {c}" if ADDED_IN.get(c, {}).get(store, 0) > version else c
+        for c in EXCHANGE_COLUMNS
+    )
 
 
 def damaged(where: str, what: str, error: object) -> CassetteError:
@@ -132,13 +143,11 @@ def exchange_values(ex: Exchange, request_body: str, response_body: str) -> tupl
         usage and usage.input, usage and usage.output,
         usage and usage.cached, usage and usage.reasoning,
         dump_json([[c.name, c.arguments, c.id] for c in summary.tool_calls]),
-        summary.finish_reason, summary.text,
+        summary.finish_reason, summary.text, ex.note,
     )  # fmt: skip
 
 
-def exchange_from_row(
-    row: Sequence[Any], request_body: bytes, response_body: bytes
-) -> Exchange:
+def exchange_from_row(row: Sequence[Any], request_body: bytes, response_body: bytes) -> Exchange:
     """An exchange from its columns (EXCHANGE_COLUMNS order) and its loaded bodies; a
     stream's `chunks` is an empty list, to be cut by `cut_chunks`."""
     x = _X
@@ -183,6 +192,7 @@ def exchange_from_row(
         ttfb_ms=row[x["ttfb_ms"]],
         duration_ms=row[x["duration_ms"]],
         summary=summary,
+        note=row[x["note"]],
     )  # fmt: skip
 
 

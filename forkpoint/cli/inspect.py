@@ -120,6 +120,8 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
         usage = s.usage if s else None
         calls = ", ".join(c.name for c in s.tool_calls) if s and s.tool_calls else ""
         flag = "" if e.complete else "  [incomplete]"
+        if e.note:  # served though not an exact match: say what was set aside
+            flag += f"  [{e.note}]"
         click.echo(
             f"{e.step:>4}  {s.kind if s else '':5}  {e.origin:8}  {e.status or '-':>6}  "
             f"{(s.model if s else None) or '-':22}  {usage.input if usage else '-':>6}  "
@@ -169,6 +171,7 @@ def _exchange_json(e: Exchange) -> dict[str, Any]:
         "streamed": e.streamed,
         "complete": e.complete,
         "error": e.error,
+        "note": e.note,
         "usage": None
         if usage is None
         else {

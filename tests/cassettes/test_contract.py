@@ -28,6 +28,7 @@ from forkpoint.models import (
     ToolCall,
     Usage,
 )
+from tests import builders
 from tests.pg import postgres_url as postgres_url  # the fixture
 
 STORES = ["memory", "sqlite", "postgres"]
@@ -51,12 +52,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 def exchange(step: int, body: bytes = b"{}", *, run_id: str = "r1", **fields: object) -> Exchange:
     values: dict[str, object] = {
-        "method": "POST", "route": "/v1/chat/completions",
-        "request_headers": (("content-type", "application/json"),), "request_body": body,
-        "fingerprint": f"fp{step}", "status": 200, "response_body": b'{"ok": true}',
+        "request_body": body, "fingerprint": f"fp{step}", "response_headers": (),
+        "response_body": b'{"ok": true}',
     }  # fmt: skip
-    values.update(fields)
-    return Exchange(run_id=run_id, step=step, **values)  # type: ignore[arg-type]
+    return builders.exchange(run_id=run_id, step=step, **{**values, **fields})
 
 
 def conversation(turns: int) -> bytes:
@@ -152,6 +151,7 @@ def test_exchanges_round_trip_byte_exact(store: Store):
         0, conversation(3), summary=summary, upstream="https://api.example.com/v1/x",
         response_headers=(("x-b", "2"), ("X-A", "1"), ("x-b", "3")), ttfb_ms=12.5,
         duration_ms=40.25, started_at=1700000000.5, origin=Origin.MOCKED,
+        note="similar: set aside metadata.user_id",
     )  # fmt: skip
     binary = exchange(1, bytes(range(256)) * 40, method="PUT", status=None,
                       response_body=b"\x00\xff" * 1000, summary=None)  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.cassettes.rows import EXCHANGE_COLUMNS, dump_headers
+from forkpoint.cassettes.rows import ADDED_IN, EXCHANGE_COLUMNS, dump_headers
 from forkpoint.cassettes.sqlite.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.cassettes.store import StoredExperiment
@@ -27,7 +27,7 @@ def version_1(tmp_path: Path) -> Path:
         conn.execute("INSERT INTO runs (id, labels, status, mode, created_at) "
                      "VALUES ('old', '{}', 'crashed', 'record', 1.0)")  # fmt: skip
         for step in range(3):
-            values = dict.fromkeys(EXCHANGE_COLUMNS)
+            values = dict.fromkeys(c for c in EXCHANGE_COLUMNS if c not in ADDED_IN)
             values.update(run_id="old", step=step, method="GET", route="/x",
                           request_headers=dump_headers(()), request_body="[]",
                           fingerprint="f", response_headers="[]", response_body="[]",

@@ -87,6 +87,7 @@ def _entry(e: Exchange) -> dict[str, Any]:
         "origin": e.origin.value,
         "complete": e.complete,
         "error": e.error,
+        "note": e.note,
     }
     if e.chunks is not None:
         extras["chunks"] = [[round(c.offset_ms, 3), len(c.data)] for c in e.chunks]
@@ -229,6 +230,7 @@ def _parts(entry: Any, routes: Mapping[str, str], path: Where) -> Parts:
         chunks=chunks,
         complete=bool(extras.get("complete", True)),
         error=optional(extras, "error", str, xp),
+        note=optional(extras, "note", str, xp),
         origin=origin,
         started_at=_timestamp(entry.get("startedDateTime")),
         ttfb_ms=optional(timings, "wait", (int, float), (*path, "timings")),

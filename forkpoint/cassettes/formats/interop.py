@@ -208,6 +208,7 @@ class Parts:
     chunks: Sequence[tuple[float, int]] | None = None
     complete: bool = True
     error: str | None = None
+    note: str | None = None
     origin: Origin = Origin.LIVE
     started_at: float = 0.0
     ttfb_ms: float | None = None
@@ -241,6 +242,7 @@ def build_exchange(run_id: str, step: int, parts: Parts, path: Where) -> Exchang
         chunks=chunks,
         complete=parts.complete,
         error=parts.error,
+        note=parts.note,
         origin=parts.origin,
         upstream=None if parts.upstream is None else REDACTION.route(parts.upstream),
         started_at=parts.started_at,

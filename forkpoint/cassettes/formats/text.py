@@ -127,6 +127,8 @@ def _interaction(e: Exchange) -> dict[str, Any]:
         extras["complete"] = False
     if e.error is not None:
         extras["error"] = e.error
+    if e.note is not None:
+        extras["note"] = e.note
     extras.update(started_at=e.started_at, ttfb_ms=e.ttfb_ms, duration_ms=e.duration_ms)
     if e.chunks is not None:
         extras["chunks"] = [_Flow([round(c.offset_ms, 3), len(c.data)]) for c in e.chunks]
@@ -318,6 +320,7 @@ def _exchange(
         chunks=chunk_sizes(extras.get("chunks"), (*xp, "chunks")),
         complete=bool(extras.get("complete", True)),
         error=optional(extras, "error", str, xp),
+        note=optional(extras, "note", str, xp),
         origin=origin,
         started_at=optional(extras, "started_at", (int, float), xp) or 0.0,
         ttfb_ms=optional(extras, "ttfb_ms", (int, float), xp),

@@ -49,9 +49,11 @@ class PostgresExperiments:
 
     def finish_experiment(self, name: str, *, ended_at: float) -> None:
         changed = self._db.run(
-            lambda conn: conn.execute(
-                "UPDATE experiments SET ended_at=%s WHERE name=%s", (ended_at, name)
-            ).rowcount,
+            lambda conn: (
+                conn.execute(
+                    "UPDATE experiments SET ended_at=%s WHERE name=%s", (ended_at, name)
+                ).rowcount
+            ),
             write=True,
         )
         if not changed:

@@ -19,6 +19,7 @@ from forkpoint.cassettes.rows import (
     SNAPSHOT_COLUMNS,
     Fetch,
     chunk_rows,
+    exchange_select,
     exchange_values,
     exchanges_from_rows,
     like_prefix,
@@ -68,11 +69,13 @@ class PostgresRuns:
     ) -> None:  # fmt: skip
         ended = None if status is RunStatus.RUNNING else time.time()
         changed = self._db.run(
-            lambda conn: conn.execute(
-                "UPDATE runs SET status=%s, ended_at=%s, error=%s, "
-                "fork_step=coalesce(%s, fork_step) WHERE id=%s",
-                (status, ended, error, fork_step, run_id),
-            ).rowcount,
+            lambda conn: (
+                conn.execute(
+                    "UPDATE runs SET status=%s, ended_at=%s, error=%s, "
+                    "fork_step=coalesce(%s, fork_step) WHERE id=%s",
+                    (status, ended, error, fork_step, run_id),
+                ).rowcount
+            ),
             write=True,
         )
         if not changed:
@@ -80,9 +83,7 @@ class PostgresRuns:
 
     def get_run(self, run_id: str) -> Run:
         row = self._db.run(
-            lambda conn: conn.execute(
-                f"SELECT {_RUNS} FROM runs WHERE id=%s", (run_id,)
-            ).fetchone()
+            lambda conn: conn.execute(f"SELECT {_RUNS} FROM runs WHERE id=%s", (run_id,)).fetchone()
         )
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
@@ -175,8 +176,7 @@ class PostgresRuns:
                     try:
                         with conn.transaction():  # a savepoint: the error names its step
                             cursor.execute(
-                                f"INSERT INTO exchanges ({_EXCHANGES}) "
-                                f"VALUES ({_marks(values)})",
+                                f"INSERT INTO exchanges ({_EXCHANGES}) VALUES ({_marks(values)})",
                                 values,  # type: ignore[arg-type]
                             )
                     except errors.UniqueViolation:
@@ -188,9 +188,7 @@ class PostgresRuns:
                         raise CassetteError(f"no run {run_id} in {self.label} for step {step}",
                                             run_id=run_id, step=step) from None  # fmt: skip
                     if chunks:
-                        cursor.executemany(
-                            "INSERT INTO chunks VALUES (%s,%s,%s,%s,%s,%s)", chunks
-                        )
+                        cursor.executemany("INSERT INTO chunks VALUES (%s,%s,%s,%s,%s,%s)", chunks)
 
         try:
             self._db.run(work, write=True)
@@ -223,7 +221,9 @@ class PostgresRuns:
     ) -> list[Exchange]:
         def work(conn: psycopg.Connection) -> list[Exchange]:
             rows = conn.execute(
-                f"SELECT {_EXCHANGES} FROM exchanges WHERE run_id=%s ORDER BY step", (run_id,)
+                f"SELECT {exchange_select('postgres', self._db.version)} FROM exchanges "
+                f"WHERE run_id=%s ORDER BY step",
+                (run_id,),
             ).fetchall()
             sizes = conn.execute(
                 'SELECT step, offset_ms, size FROM chunks WHERE run_id=%s AND "end"=0 '

@@ -12,7 +12,7 @@ import psycopg
 
 from forkpoint.errors import CassetteError, SchemaVersionError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 READABLE_FROM = 1
 # pg_advisory_xact_lock key for schema changes ("fkpt").
 LOCK_KEY = 0x666B7074
@@ -59,7 +59,12 @@ CREATE TABLE experiment_runs (
 )
 """
 
-MIGRATIONS: list[str] = [_V1]
+# Version 2: `exchanges.note`, how a served answer was chosen when it was no exact match.
+_V2 = """
+ALTER TABLE exchanges ADD COLUMN note text
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -28,9 +28,7 @@ from forkpoint.errors import CassetteError, SchemaVersionError
 class Connection:
     """The cassette file at `path`, open for writing, or for reading only (`read_only`)."""
 
-    def __init__(
-        self, path: Path, *, create: bool, read_only: bool, busy_timeout_ms: int
-    ) -> None:
+    def __init__(self, path: Path, *, create: bool, read_only: bool, busy_timeout_ms: int) -> None:
         self.path = path
         self.read_only = read_only
         self.lock = threading.RLock()

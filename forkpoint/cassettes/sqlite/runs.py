@@ -22,6 +22,7 @@ from forkpoint.cassettes.rows import (
     SNAPSHOT_COLUMNS,
     Fetch,
     chunk_rows,
+    exchange_select,
     exchange_values,
     exchanges_from_rows,
     like_prefix,
@@ -181,7 +182,8 @@ class SqliteRuns:
             if "UNIQUE" in str(error):
                 raise AlreadyRecorded(
                     f"{self.path} already holds run {run_id} step {step}: it is never rewritten",
-                    run_id=str(run_id), step=int(str(step)),
+                    run_id=str(run_id),
+                    step=int(str(step)),
                 ) from None
             raise CassetteError(
                 f"no run {run_id} in {self.path} for step {step}", run_id=str(run_id),
@@ -212,7 +214,9 @@ class SqliteRuns:
     ) -> list[Exchange]:
         with self._db.reading() as conn:
             rows = conn.execute(
-                f"SELECT {_EXCHANGES} FROM exchanges WHERE run_id=? ORDER BY step", (run_id,)
+                f"SELECT {exchange_select('sqlite', self._db.version)} FROM exchanges "
+                f"WHERE run_id=? ORDER BY step",
+                (run_id,),
             ).fetchall()
             chunk_sizes = conn.execute(
                 "SELECT step, offset_ms, size FROM chunks WHERE run_id=? AND end=0 "
@@ -233,8 +237,7 @@ class SqliteRuns:
             conn.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)", new.values())
             try:
                 conn.execute(
-                    f"INSERT OR REPLACE INTO snapshots ({_SNAPSHOTS}) "
-                    f"VALUES ({_marks(values)})",
+                    f"INSERT OR REPLACE INTO snapshots ({_SNAPSHOTS}) VALUES ({_marks(values)})",
                     values,
                 )
             except sqlite3.IntegrityError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # The oldest version this forkpoint reads without migrating it.
 READABLE_FROM = 1
 # PRAGMA application_id marks the file as a forkpoint cassette ("fkpt").
@@ -76,7 +76,12 @@ CREATE TABLE IF NOT EXISTS "experiment_runs" (
 );
 """
 
-MIGRATIONS: list[str] = [_V1, _V2]
+# Version 3: `exchanges.note`, how a served answer was chosen when it was no exact match.
+_V3 = """
+ALTER TABLE "exchanges" ADD COLUMN "note" TEXT;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -276,3 +276,12 @@ def test_a_hand_edited_indented_body_is_written_back_in_its_form():
     broken = content.replace('"question": "yes"', '"question": ')
     with pytest.raises(CassetteError, match="must be JSON"):
         text.loads(broken)
+
+
+def test_a_note_on_how_an_answer_was_chosen_is_kept_by_every_format():
+    from forkpoint.cassettes.formats import har, jsonl
+
+    noted = exchange(note="similar: set aside metadata.user_id")
+    for fmt in (text, jsonl, har):
+        _, [loaded] = fmt.loads(fmt.dumps(Run(id="r"), [noted]))
+        assert loaded.note == noted.note, fmt.__name__
