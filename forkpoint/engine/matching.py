@@ -91,7 +91,6 @@ def body_value(body: bytes, content_encoding: str | None, content_type: str | No
 
 
 def normalized_body(method: str, route: str, value: Any, config: MatchConfig) -> Any:
-    value = config.redaction.mask_value(value)
     for path in config.volatile_fields:
         value = fields.drop(value, path)
     for normalizer in config.normalizers:
@@ -109,19 +108,21 @@ def fingerprint(
     content_type: str | None = None,
 ) -> str:
     digest = hashlib.sha256(f"{method.upper()} {normalized_route(route)}\n".encode())
+    body = config.redaction.body(body, _headers(content_encoding, content_type))
     value = body_value(body, content_encoding, content_type)
     if value is None and config.normalizers:  # a text body is normalized as text
         value = _text(body, content_encoding)
     if value is None:
-        digest.update(b"raw:" + config.redaction.body(body, _encoded(content_encoding)))
+        digest.update(b"raw:" + body)
     else:
         value = normalized_body(method, route, value, config)
         digest.update(b"json:" + orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
     return digest.hexdigest()
 
 
-def _encoded(content_encoding: str | None) -> Headers:
-    return () if content_encoding is None else (("content-encoding", content_encoding),)
+def _headers(content_encoding: str | None, content_type: str | None) -> Headers:
+    named = (("content-encoding", content_encoding), ("content-type", content_type))
+    return tuple([(name, value) for name, value in named if value is not None])
 
 
 def fingerprint_of(

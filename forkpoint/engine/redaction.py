@@ -10,16 +10,18 @@ more with `Redaction(names=…)` (`--redact NAME`). Body fields are masked only 
 value is a string, so `max_tokens: 100` stays as it is.
 
 Masking keeps every other byte: a JSON body has only its secret values replaced, in place.
-Matching masks the same fields of the parsed request (`mask_value`), so a replay whose key
-differs from the recording's still matches.
+Matching reads the request as masked the same way, so a replay whose key differs from the
+recording's still matches.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import orjson
 
 from forkpoint.engine.encoding import UndecodableBody, decode_body, encode_body, header
 from forkpoint.models import Headers
@@ -42,6 +44,8 @@ _MEMBER = re.compile(rb'"((?:[^"\\]|\\.){1,80})"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>.,;:)\]]")
 _FORM = re.compile(rb"[\w.~%+\-]+=[^&]*(?:&[\w.~%+\-]+=[^&]*)*")
 _HINTS = (b"token", b"secret", b"passw", b"key", b"credential", b"auth", b"sig", b"cookie")
+# What follows a hint when it is in the name of a member whose value is a string.
+_NAME_TAIL = re.compile(rb'(?:[^"\\]|\\.){0,80}"\s*:\s*"')
 # Connection-level headers (RFC 9110 §7.6.1): they describe one hop, never the message.
 HOP_BY_HOP = frozenset(
     {
@@ -62,6 +66,7 @@ def _words(name: str) -> list[str]:
     return [word.lower() for word in _WORD.findall(name)]
 
 
+@functools.lru_cache(maxsize=4096)
 def secret_name(name: str) -> bool:
     """Whether a header, query parameter or field named `name` holds a credential."""
     words = _words(name)
@@ -118,18 +123,19 @@ class Redaction:
             plain = decode_body(body, encoding) if encoding else body
         except UndecodableBody:
             return body
-        lowered = plain[:1_000_000].lower()
-        if not any(hint in lowered for hint in _HINTS) and not any(
-            name.encode() in lowered for name in self.names
-        ):
+        lowered = plain.lower()
+        hints = (*_HINTS, *(name.encode() for name in self.names))
+        if not any(hint in lowered for hint in hints):
             return body
         content_type = (header(headers, "content-type") or "").lower()
         if content_type.startswith("application/x-www-form-urlencoded") or (
             not content_type and _FORM.fullmatch(plain)
         ):
             masked = self._form(plain)
-        else:
+        elif _named_string(lowered, hints):
             masked = _MEMBER.sub(self._member, plain)
+        else:
+            return body
         if masked == plain:
             return body
         return encode_body(masked, encoding) if encoding else masked
@@ -138,20 +144,8 @@ class Redaction:
         """A message with the URLs in it masked (an upstream's error names the URL it failed)."""
         return _URL.sub(lambda match: self.route(match.group(0)), text) if "://" in text else text
 
-    def mask_value(self, value: Any) -> Any:
-        """A parsed JSON value with every secret string member masked, at any depth."""
-        if isinstance(value, dict):
-            return {
-                k: REDACTED if isinstance(v, str) and self.field(k) else self.mask_value(v)
-                for k, v in value.items()
-            }
-        if isinstance(value, list):
-            return [self.mask_value(item) for item in value]
-        return value
-
     def _member(self, match: re.Match[bytes]) -> bytes:
-        name = match.group(1).decode("utf-8", errors="replace")
-        if not self.field(name):
+        if not self.field(_name(match.group(1))):
             return match.group(0)
         return b'"%s"%s"%s"' % (match.group(1), match.group(2), REDACTED.encode())
 
@@ -167,6 +161,28 @@ class Redaction:
 
 
 DEFAULT = Redaction()
+
+
+def _name(raw: bytes) -> str:
+    """A member's name as JSON reads it (`"api\\u005fkey"` is `api_key`)."""
+    if b"\\" in raw:
+        try:
+            return str(orjson.loads(b'"%s"' % raw))
+        except orjson.JSONDecodeError:
+            pass
+    return raw.decode("utf-8", errors="replace")
+
+
+def _named_string(lowered: bytes, hints: tuple[bytes, ...]) -> bool:
+    """Whether a hint occurs in what may be a member's name with a string value: most bodies
+    name `max_tokens` or `prompt_tokens` with a number, and need no member-by-member pass."""
+    for hint in hints:
+        at = lowered.find(hint)
+        while at != -1:
+            if _NAME_TAIL.match(lowered, at + len(hint)):
+                return True
+            at = lowered.find(hint, at + 1)
+    return False
 
 
 def end_to_end(headers: Headers, *, drop: frozenset[str] = frozenset()) -> Headers:

@@ -199,3 +199,24 @@ def test_a_masked_body_keeps_every_other_byte_and_compressed_bodies_stay_compres
     assert redaction.text("cannot reach upstream http://h/x?token=abc: refused") == (
         "cannot reach upstream http://h/x?token=%5Bredacted%5D: refused"
     )
+
+
+@pytest.mark.parametrize(
+    "body, kept",
+    [
+        (b'{"messages": ["' + b"x" * 1_100_000 + b'"], "api_key": "sk-1"}', b'"messages"'),
+        (b'{"api\\u005fkey": "sk-1", "n": 1}', b'"n": 1'),
+        (b'{"deep": [[{"Authorization": "Bearer sk-1"}]], "n": 1}', b'"deep": [[{'),
+        (b'{"prompt_tokens": 3, "password" :  "sk-1"}', b'"prompt_tokens": 3'),
+    ],
+)  # fmt: skip
+def test_a_secret_is_masked_wherever_and_however_its_name_is_written(body, kept):
+    masked = Redaction().body(body, ())
+    assert b"sk-1" not in masked and kept in masked and b"[redacted]" in masked
+
+
+def test_a_named_field_is_masked_and_a_numeric_one_is_not():
+    redaction = Redaction(names=frozenset({"Session"}))
+    assert redaction.body(b'{"session": "s-1", "max_tokens": 5}', ()) == (
+        b'{"session": "[redacted]", "max_tokens": 5}'
+    )
