@@ -100,14 +100,6 @@ def decide(
     session.next_step = max(session.next_step, step + 1)
     redaction = config.redaction
     route = redaction.route(request.route)
-    # Matching needs the fingerprint now; a live request's is left to the recorder.
-    key = (
-        ""
-        if session.live and not session.change.mocks
-        else matching.fingerprint_of(
-            request.method, route, request.body, request.headers, config.match
-        )
-    )
     # What the next hop gets; recorded too, with credentials masked (host and length are the
     # proxy's own, not the agent's).
     passed = end_to_end(request.headers, drop=GATEWAY_HEADERS)
@@ -119,8 +111,14 @@ def decide(
         request_headers=redaction.headers(passed),
         # secrets masked in what is recorded; the upstream gets the body as sent
         request_body=redaction.body(request.body, request.headers),
-        fingerprint=key,
+        fingerprint="",
     )
+    # Matching needs the fingerprint now; a live request's is left to the recorder.
+    if not session.live or session.change.mocks:
+        record.fingerprint = matching.fingerprint(
+            request.method, route, record.request_body, request.headers, config.match,
+            masked=True,
+        )  # fmt: skip
     if not session.live:
         if (session.fork_step is not None and step >= session.fork_step) or (
             session.mode is Mode.RESUME and session.exhausted

@@ -102,16 +102,20 @@ def fingerprint(
     method: str,
     route: str,
     body: bytes,
-    content_encoding: str | None = None,
+    headers: Headers = (),
     config: MatchConfig = MatchConfig(),
     *,
-    content_type: str | None = None,
+    masked: bool = False,
 ) -> str:
+    """What a request is matched by, whatever its body's Content-Encoding: its method, route
+    and normalized body, secrets masked (`masked`: they are already, as decide records it)."""
     digest = hashlib.sha256(f"{method.upper()} {normalized_route(route)}\n".encode())
-    body = config.redaction.body(body, _headers(content_encoding, content_type))
-    value = body_value(body, content_encoding, content_type)
+    if not masked:
+        body = config.redaction.body(body, headers)
+    encoding = header(headers, "content-encoding")
+    value = body_value(body, encoding, header(headers, "content-type"))
     if value is None and config.normalizers:  # a text body is normalized as text
-        value = _text(body, content_encoding)
+        value = _text(body, encoding)
     if value is None:
         digest.update(b"raw:" + body)
     else:
@@ -120,24 +124,9 @@ def fingerprint(
     return digest.hexdigest()
 
 
-def _headers(content_encoding: str | None, content_type: str | None) -> Headers:
-    named = (("content-encoding", content_encoding), ("content-type", content_type))
-    return tuple([(name, value) for name, value in named if value is not None])
-
-
-def fingerprint_of(
-    method: str, route: str, body: bytes, headers: Headers, config: MatchConfig
-) -> str:
-    """The fingerprint of a request as it came in, whatever its body's Content-Encoding."""
-    return fingerprint(
-        method, route, body, header(headers, "content-encoding"), config,
-        content_type=header(headers, "content-type"),
-    )  # fmt: skip
-
-
 def fingerprint_exchange(exchange: Exchange, config: MatchConfig) -> str:
     """The fingerprint of a recorded exchange's request."""
-    return fingerprint_of(
+    return fingerprint(
         exchange.method, exchange.route, exchange.request_body, exchange.request_headers, config
     )
 

@@ -16,9 +16,9 @@ recording's still matches.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
-from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
@@ -75,14 +75,17 @@ def secret_name(name: str) -> bool:
     return len(words) > 1 and words[-1] == "key" and any(w in _KEY_WORDS for w in words[:-1])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Redaction:
     """The built-in rules, plus `names` (any case) a user says are secret too."""
 
     names: frozenset[str] = frozenset()
+    # What a body holding a secret must contain: the rules' word stems and the names.
+    hints: tuple[bytes, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", frozenset(n.lower() for n in self.names))
+        object.__setattr__(self, "hints", (*_HINTS, *(n.encode() for n in sorted(self.names))))
 
     def header(self, name: str) -> bool:
         return name.lower() in self.names or secret_name(name)
@@ -124,15 +127,14 @@ class Redaction:
         except UndecodableBody:
             return body
         lowered = plain.lower()
-        hints = (*_HINTS, *(name.encode() for name in self.names))
-        if not any(hint in lowered for hint in hints):
-            return body
         content_type = (header(headers, "content-type") or "").lower()
         if content_type.startswith("application/x-www-form-urlencoded") or (
             not content_type and _FORM.fullmatch(plain)
         ):
+            if not any(hint in lowered for hint in self.hints):
+                return body
             masked = self._form(plain)
-        elif _named_string(lowered, hints):
+        elif _named_string(lowered, self.hints):
             masked = _MEMBER.sub(self._member, plain)
         else:
             return body

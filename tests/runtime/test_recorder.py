@@ -20,7 +20,7 @@ import pytest
 
 from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.sqlite.store import SqliteStore
-from forkpoint.engine.matching import MatchConfig, fingerprint_of
+from forkpoint.engine.matching import MatchConfig, fingerprint
 from forkpoint.models import Exchange, Run, Snapshot
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.recording.process import (
@@ -114,8 +114,8 @@ def test_exchanges_and_snapshots_are_summarized_fingerprinted_and_committed(stor
     assert [e.step for e in loaded] == list(range(20))
     assert loaded[0].summary is not None and loaded[0].summary.model == "gpt-4o"
     # the normalizer ran where the fingerprint was computed: all 20 differ only by "user"
-    expected = fingerprint_of("POST", "/v1/chat/completions", b'{"model": "gpt-4o"}', (),
-                              MatchConfig())  # fmt: skip
+    expected = fingerprint("POST", "/v1/chat/completions", b'{"model": "gpt-4o"}', (),
+                           MatchConfig())  # fmt: skip
     assert {e.fingerprint for e in loaded} == {expected}
     assert [s.data for s in store.latest_snapshots("r1")] == [b'{"turn": 20}']
 

@@ -234,7 +234,7 @@ def build_exchange(run_id: str, step: int, parts: Parts, path: Where) -> Exchang
         request_headers=request_headers,
         request_body=request_body,
         fingerprint=matching.fingerprint(
-            parts.method, route, request_body, header(request_headers, "content-encoding")
+            parts.method, route, request_body, request_headers, masked=True
         ),
         status=parts.status,
         response_headers=response_headers,
