@@ -35,7 +35,8 @@ def decode_headers(raw: Iterable[tuple[bytes, bytes]]) -> Headers:
 def header(headers: Headers, name: str) -> str | None:
     """The value of header `name` (any case); repeated headers are joined with ", " (RFC 9110)."""
     wanted = name.lower()
-    values = [value for key, value in headers if key.lower() == wanted]
+    size = len(wanted)  # most names differ in length: no need to fold their case
+    values = [value for key, value in headers if len(key) == size and key.lower() == wanted]
     return ", ".join(values) if values else None
 
 
