@@ -147,6 +147,29 @@ def exchange_values(ex: Exchange, request_body: str, response_body: str) -> tupl
     )  # fmt: skip
 
 
+ExchangeRow = tuple[tuple[Any, ...], list[tuple[Any, ...]]]  # its columns, its chunks' rows
+
+
+def exchange_rows(
+    exchanges: Iterable[Exchange], packer: manifests.Packer, stored: Callable[[str], bool]
+) -> tuple[dict[str, manifests.BlobRow], list[ExchangeRow]]:
+    """The rows that store `exchanges`, and the blobs their bodies add to those `stored`: cut,
+    hashed and compressed before the write transaction, which only inserts."""
+    new: dict[str, manifests.BlobRow] = {}
+    rows = [
+        (
+            exchange_values(
+                ex,
+                packer.pack_request(ex.run_id, ex.step, ex.request_body, new, stored),
+                packer.pack_response(ex.response_body, new, stored),
+            ),
+            chunk_rows(ex),
+        )
+        for ex in exchanges
+    ]
+    return new, rows
+
+
 def exchange_from_row(row: Sequence[Any], request_body: bytes, response_body: bytes) -> Exchange:
     """An exchange from its columns (EXCHANGE_COLUMNS order) and its loaded bodies; a
     stream's `chunks` is an empty list, to be cut by `cut_chunks`."""

@@ -18,9 +18,8 @@ from forkpoint.cassettes.rows import (
     RUN_COLUMNS,
     SNAPSHOT_COLUMNS,
     Fetch,
-    chunk_rows,
+    exchange_rows,
     exchange_select,
-    exchange_values,
     exchanges_from_rows,
     like_prefix,
     readable,
@@ -154,19 +153,7 @@ class PostgresRuns:
     # exchanges
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
-        new: dict[str, BlobRow] = {}
-        rows = [
-            (
-                exchange_values(
-                    ex,
-                    self._packer.pack_request(ex.run_id, ex.step, ex.request_body, new,
-                                              self._stored),
-                    self._packer.pack_response(ex.response_body, new, self._stored),
-                ),
-                chunk_rows(ex),
-            )
-            for ex in exchanges
-        ]  # fmt: skip
+        new, rows = exchange_rows(exchanges, self._packer, self._stored)
 
         def work(conn: psycopg.Connection) -> None:
             with conn.cursor() as cursor:
