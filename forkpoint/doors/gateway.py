@@ -219,25 +219,25 @@ class Gateway:
                 assert_never(command)
         return response
 
-    async def _events(self, action: Action, started: float) -> AsyncIterator[Event]:
+    def _events(self, action: Action, started: float) -> AsyncIterator[Event]:
         match action:
             case Forward():
-                async for event in self._forwarded(action):
-                    yield event
+                return self._forwarded(action)
             case Serve():
-                for delay, event in serve_plan(action.recorded, self.pace):
-                    wait = started + delay - time.perf_counter()
-                    if wait > 0:
-                        await asyncio.sleep(wait)
-                    yield event
+                return self._served(action, started)
             case Mock():
-                for event in await self._mocked(action):
-                    yield event
+                return self._mocked(action)
             case Fail():
-                for event in answer(action.status, action.headers, action.body):
-                    yield event
+                return _listed(answer(action.status, action.headers, action.body))
             case _:
                 assert_never(action)
+
+    async def _served(self, action: Serve, started: float) -> AsyncIterator[Event]:
+        for delay, event in serve_plan(action.recorded, self.pace):
+            wait = started + delay - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            yield event
 
     async def _forwarded(self, action: Forward) -> AsyncIterator[Event]:
         request = action.record
@@ -260,7 +260,7 @@ class Gateway:
         finally:
             upstream.release()
 
-    async def _mocked(self, action: Mock) -> list[Event]:
+    async def _mocked(self, action: Mock) -> AsyncIterator[Event]:
         ours, record = action.request, action.record
         try:
             mocked = await run_mock(
@@ -273,8 +273,11 @@ class Gateway:
             headers, body = error_reply(
                 record.method, record.route, 500, message, error_type="forkpoint_mock"
             )
-            return answer(500, headers, body)
-        return answer(mocked.status, mocked.headers, mocked.body)
+            events = answer(500, headers, body)
+        else:
+            events = answer(mocked.status, mocked.headers, mocked.body)
+        for event in events:
+            yield event
 
 
 async def _listed(events: list[Event]) -> AsyncIterator[Event]:

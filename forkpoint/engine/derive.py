@@ -8,14 +8,18 @@ the body, a fingerprint canonicalizes the request's JSON.
 from __future__ import annotations
 
 from forkpoint.engine.dialects import summarize_exchange
-from forkpoint.engine.matching import MatchConfig, fingerprint_exchange
+from forkpoint.engine.matching import MatchConfig, fingerprint
 from forkpoint.models import Exchange
 
 
 def derive(exchange: Exchange, match: MatchConfig) -> Exchange:
-    """Fill in the summary and fingerprint an exchange lacks; returns it."""
+    """Fill in the summary and fingerprint an exchange lacks; returns it. Its request is as
+    recorded, secrets masked already."""
     if exchange.summary is None:
         exchange.summary = summarize_exchange(exchange)
     if not exchange.fingerprint:
-        exchange.fingerprint = fingerprint_exchange(exchange, match)
+        exchange.fingerprint = fingerprint(
+            exchange.method, exchange.route, exchange.request_body, exchange.request_headers,
+            match, masked=True,
+        )  # fmt: skip
     return exchange

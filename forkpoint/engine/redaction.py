@@ -44,8 +44,6 @@ _MEMBER = re.compile(rb'"((?:[^"\\]|\\.){1,80})"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>.,;:)\]]")
 _FORM = re.compile(rb"[\w.~%+\-]+=[^&]*(?:&[\w.~%+\-]+=[^&]*)*")
 _HINTS = (b"token", b"secret", b"passw", b"key", b"credential", b"auth", b"sig", b"cookie")
-# What follows a hint when it is in the name of a member whose value is a string.
-_NAME_TAIL = re.compile(rb'(?:[^"\\]|\\.){0,80}"\s*:\s*"')
 # Connection-level headers (RFC 9110 §7.6.1): they describe one hop, never the message.
 HOP_BY_HOP = frozenset(
     {
@@ -75,17 +73,26 @@ def secret_name(name: str) -> bool:
     return len(words) > 1 and words[-1] == "key" and any(w in _KEY_WORDS for w in words[:-1])
 
 
+def _named_string(hint: bytes) -> re.Pattern[bytes]:
+    """`hint` in what may be the name of a member whose value is a string: most bodies name
+    `max_tokens` or `prompt_tokens` with a number, and need no member-by-member pass."""
+    return re.compile(re.escape(hint) + rb'(?:[^"\\]|\\.){0,80}"\s*:\s*"')
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Redaction:
     """The built-in rules, plus `names` (any case) a user says are secret too."""
 
     names: frozenset[str] = frozenset()
-    # What a body holding a secret must contain: the rules' word stems and the names.
+    # What a body holding a secret must contain: the rules' word stems and the names; and
+    # each of them in what may be the name of a member with a string value.
     hints: tuple[bytes, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    named: tuple[re.Pattern[bytes], ...] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", frozenset(n.lower() for n in self.names))
         object.__setattr__(self, "hints", (*_HINTS, *(n.encode() for n in sorted(self.names))))
+        object.__setattr__(self, "named", tuple([_named_string(h) for h in self.hints]))
 
     def header(self, name: str) -> bool:
         return name.lower() in self.names or secret_name(name)
@@ -134,7 +141,7 @@ class Redaction:
             if not any(hint in lowered for hint in self.hints):
                 return body
             masked = self._form(plain)
-        elif _named_string(lowered, self.hints):
+        elif any(pattern.search(lowered) for pattern in self.named):
             masked = _MEMBER.sub(self._member, plain)
         else:
             return body
@@ -173,18 +180,6 @@ def _name(raw: bytes) -> str:
         except orjson.JSONDecodeError:
             pass
     return raw.decode("utf-8", errors="replace")
-
-
-def _named_string(lowered: bytes, hints: tuple[bytes, ...]) -> bool:
-    """Whether a hint occurs in what may be a member's name with a string value: most bodies
-    name `max_tokens` or `prompt_tokens` with a number, and need no member-by-member pass."""
-    for hint in hints:
-        at = lowered.find(hint)
-        while at != -1:
-            if _NAME_TAIL.match(lowered, at + len(hint)):
-                return True
-            at = lowered.find(hint, at + 1)
-    return False
 
 
 def end_to_end(headers: Headers, *, drop: frozenset[str] = frozenset()) -> Headers:
