@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -71,10 +72,11 @@ def forkpoint(
 
 
 def finish(process: subprocess.Popen[bytes]) -> str:
-    out, err = process.communicate(timeout=600)
+    _, err = process.communicate(timeout=600)
     if process.returncode not in (0, 137):
         raise SystemExit(f"forkpoint failed ({process.returncode}):\n{err.decode()}")
-    return out.decode().splitlines()[-1]
+    said = re.search(r"forkpoint: run (\w+)", err.decode())  # the run id goes to stderr
+    return said.group(1) if said else ""
 
 
 def bench_fork(work: Path, upstream: Clocked, steps: int) -> tuple[float, float, float]:

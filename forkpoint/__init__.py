@@ -14,13 +14,7 @@ work in a notebook too. Names are loaded on first use: an agent that imports
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
-
-try:
-    __version__ = version("forkpoint")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
 
 _API = (
     "Copied", "ExperimentSpec", "Imported", "Options", "RunRecord", "RunResult", "RunSnapshots",
@@ -49,6 +43,13 @@ __all__ = ["__version__", *_API, *_ELSEWHERE]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # importlib.metadata costs a CLI start 70 ms: only when asked
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("forkpoint")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "0+unknown"
     if name in _API:
         return getattr(importlib.import_module("forkpoint.api"), name)
     if name in _ELSEWHERE:

@@ -1,58 +1,116 @@
 """forkpoint's Python API: every verb of the CLI, with the same names, for scripts, asyncio
-code and notebooks. The CLI is a thin layer over it; `forkpoint/__init__.py` re-exports it."""
+code and notebooks. The CLI is a thin layer over it; `forkpoint/__init__.py` re-exports it.
 
-from forkpoint.api.changes import make_change
-from forkpoint.api.commands import afork, arecord, areplay, aresume, fork, record, replay, resume
-from forkpoint.api.copying import Copied, copy
-from forkpoint.api.experiments import ExperimentSpec, aexperiment, experiment
-from forkpoint.api.mocks import mock, parse_mock
-from forkpoint.api.options import Options, engine_config, store_location
-from forkpoint.api.reading import (
-    diff,
-    experiment_list,
-    experiment_results,
-    export_run,
-    import_run,
-    runs,
-    show,
-    snapshots,
-)
-from forkpoint.api.results import Imported, RunRecord, RunResult, RunSnapshots
-from forkpoint.api.serving import Serving, aserve, serve
+Names load on first use, so a command that only reads a cassette (`forkpoint runs`) does not
+pay for the proxy's imports (aiohttp, the runtime)."""
 
-__all__ = [
-    "Copied",
-    "ExperimentSpec",
-    "Imported",
-    "Options",
-    "RunRecord",
-    "RunResult",
-    "RunSnapshots",
-    "Serving",
-    "aexperiment",
-    "afork",
-    "arecord",
-    "areplay",
-    "aresume",
-    "aserve",
-    "copy",
-    "diff",
-    "engine_config",
-    "experiment",
-    "experiment_list",
-    "experiment_results",
-    "export_run",
-    "fork",
-    "import_run",
-    "make_change",
-    "mock",
-    "parse_mock",
-    "record",
-    "replay",
-    "resume",
-    "runs",
-    "serve",
-    "show",
-    "snapshots",
-    "store_location",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_WHERE = {
+    "Copied": "forkpoint.api.copying",
+    "ExperimentSpec": "forkpoint.api.experiments",
+    "Imported": "forkpoint.api.results",
+    "Options": "forkpoint.api.options",
+    "RunRecord": "forkpoint.api.results",
+    "RunResult": "forkpoint.api.results",
+    "RunSnapshots": "forkpoint.api.results",
+    "Serving": "forkpoint.api.serving",
+    "aexperiment": "forkpoint.api.experiments",
+    "afork": "forkpoint.api.commands",
+    "arecord": "forkpoint.api.commands",
+    "areplay": "forkpoint.api.commands",
+    "aresume": "forkpoint.api.commands",
+    "aserve": "forkpoint.api.serving",
+    "copy": "forkpoint.api.copying",
+    "diff": "forkpoint.api.reading",
+    "engine_config": "forkpoint.api.options",
+    "experiment": "forkpoint.api.experiments",
+    "experiment_list": "forkpoint.api.reading",
+    "experiment_results": "forkpoint.api.reading",
+    "export_run": "forkpoint.api.reading",
+    "fork": "forkpoint.api.commands",
+    "import_run": "forkpoint.api.reading",
+    "make_change": "forkpoint.api.changes",
+    "mock": "forkpoint.api.mocks",
+    "parse_mock": "forkpoint.api.mocks",
+    "record": "forkpoint.api.commands",
+    "replay": "forkpoint.api.commands",
+    "resume": "forkpoint.api.commands",
+    "runs": "forkpoint.api.reading",
+    "serve": "forkpoint.api.serving",
+    "show": "forkpoint.api.reading",
+    "snapshots": "forkpoint.api.reading",
+    "store_location": "forkpoint.api.options",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value  # found once
+        return value
+    raise AttributeError(f"module 'forkpoint.api' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the names as if imported here
+    from forkpoint.api.changes import (  # noqa: F401
+        make_change,
+    )
+    from forkpoint.api.commands import (  # noqa: F401
+        afork,
+        arecord,
+        areplay,
+        aresume,
+        fork,
+        record,
+        replay,
+        resume,
+    )
+    from forkpoint.api.copying import (  # noqa: F401
+        Copied,
+        copy,
+    )
+    from forkpoint.api.experiments import (  # noqa: F401
+        ExperimentSpec,
+        aexperiment,
+        experiment,
+    )
+    from forkpoint.api.mocks import (  # noqa: F401
+        mock,
+        parse_mock,
+    )
+    from forkpoint.api.options import (  # noqa: F401
+        Options,
+        engine_config,
+        store_location,
+    )
+    from forkpoint.api.reading import (  # noqa: F401
+        diff,
+        experiment_list,
+        experiment_results,
+        export_run,
+        import_run,
+        runs,
+        show,
+        snapshots,
+    )
+    from forkpoint.api.results import (  # noqa: F401
+        Imported,
+        RunRecord,
+        RunResult,
+        RunSnapshots,
+    )
+    from forkpoint.api.serving import (  # noqa: F401
+        Serving,
+        aserve,
+        serve,
+    )

@@ -1,36 +1,53 @@
 """The `forkpoint` command: a click group of thin commands over `forkpoint.api`.
 
 Each command lives in its own module and imports only `forkpoint.cli.options` (and the API);
-this module builds the group from them.
+this module names them, and a command's module is imported only when it runs (or when
+`--help` lists them), so `forkpoint runs` never pays for the proxy's imports.
 """
 
 from __future__ import annotations
 
-import click
+import importlib
 
-from forkpoint.cli.ca import ca
-from forkpoint.cli.copy import copy_command
-from forkpoint.cli.diff import diff
-from forkpoint.cli.experiment import experiment
-from forkpoint.cli.fork import fork
-from forkpoint.cli.inspect import runs, show, snapshots
-from forkpoint.cli.record import record
-from forkpoint.cli.replay import replay
-from forkpoint.cli.resume import resume
-from forkpoint.cli.serve import serve
-from forkpoint.cli.transfer import export_command, import_command
+import click
 
 __all__ = ["main"]
 
+# command name -> (module under forkpoint.cli, the click command's name in it), in help order
+_COMMANDS = {
+    "record": ("record", "record"),
+    "replay": ("replay", "replay"),
+    "fork": ("fork", "fork"),
+    "resume": ("resume", "resume"),
+    "serve": ("serve", "serve"),
+    "runs": ("inspect", "runs"),
+    "show": ("inspect", "show"),
+    "snapshots": ("inspect", "snapshots"),
+    "diff": ("diff", "diff"),
+    "experiment": ("experiment", "experiment"),
+    "export": ("transfer", "export_command"),
+    "import": ("transfer", "import_command"),
+    "copy": ("copy", "copy_command"),
+    "ca": ("ca", "ca"),
+}
 
-@click.group()
+
+class _Commands(click.Group):
+    """A group whose commands are imported when used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return None
+        module, name = _COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(f"forkpoint.cli.{module}"), name)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_Commands)
 @click.version_option(package_name="forkpoint")
 def main() -> None:
     """A save button for AI agents: record, replay, fork and diff runs through a proxy."""
-
-
-for command in (
-    record, replay, fork, resume, serve, runs, show, snapshots, diff, experiment,
-    export_command, import_command, copy_command, ca,
-):  # fmt: skip
-    main.add_command(command)

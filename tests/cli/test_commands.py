@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -194,7 +196,31 @@ def test_a_command_that_cannot_start_is_a_clear_error(cassette, upstream):
 
 
 def test_every_command_is_documented_with_an_example():
+    import click
+
     from forkpoint.cli import main
 
-    for name, command in main.commands.items():
-        assert command.help and "Example:" in command.help, name
+    context = click.Context(main)
+    names = main.list_commands(context)
+    assert {"record", "fork", "resume", "serve", "runs", "export", "import", "copy"} <= set(names)
+    for name in names:
+        command = main.get_command(context, name)
+        assert command is not None and command.help and "Example:" in command.help, name
+
+
+def test_a_command_that_reads_the_cassette_does_not_import_the_proxy(tmp_path):
+    """`forkpoint runs` starts in the time its own imports take, not the proxy's."""
+    probe = (
+        "import sys\n"
+        "from forkpoint.cli import main\n"
+        "try:\n"
+        "    main(['runs'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('aiohttp', 'forkpoint.runtime.proxy') if m in sys.modules))\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "FORKPOINT_CASSETTE": str(tmp_path / "none.db")},
+    )  # fmt: skip
+    assert ran.stdout.strip().splitlines()[-1] == "[]", ran.stdout + ran.stderr
