@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from forkpoint.adapters.workspace import WorkspaceAdapter
 from forkpoint.api.env import agent_env
@@ -26,11 +28,13 @@ from forkpoint.engine.config import EngineConfig, OnDivergence
 from forkpoint.engine.session import Session
 from forkpoint.errors import ConfigError
 from forkpoint.models import RunStatus, new_run_id
-from forkpoint.runtime.proxy import Proxy
+
+if TYPE_CHECKING:
+    from forkpoint.runtime.proxy import Proxy
 
 __all__ = ["afork", "arecord", "areplay", "aresume", "fork", "record", "replay", "resume"]
 
-Opener = Callable[[Proxy], Awaitable[Session]]
+Opener = Callable[["Proxy"], Awaitable[Session]]
 
 
 async def arecord(cmd: Sequence[str], options: Options = Options()) -> RunResult:
@@ -159,7 +163,14 @@ async def _run(
     offline: bool,
 ) -> RunResult:
     """Check and prepare (`start`, on a worker thread), then serve the command's run until
-    the command exits."""
+    the command exits.
+
+    The command starts as soon as the checks pass, on a socket already listening, while this
+    process imports and starts the proxy and loads the run: an agent's own start (an
+    interpreter importing its SDK) takes about as long, so the two overlap. Its first request
+    waits in the socket's backlog. With `--intercept` (the command needs the interceptor's
+    address and CA) or a workspace to put back first, it starts once the proxy is up.
+    """
     if not cmd:
         raise ConfigError(
             "no command to run: put it after --, e.g. forkpoint record -- python agent.py"
@@ -168,32 +179,45 @@ async def _run(
     try:
         config, open_session = await asyncio.to_thread(start, store)
         the_run = run_id if isinstance(run_id, str) else run_id()
-        proxy = Proxy(
-            store, config, pace=options.pace, host=options.host, port=options.port,
-            read_timeout=options.read_timeout, max_body=options.max_body,
-            snapshot_policy=options.snapshots, intercept=options.intercept,
-        )  # fmt: skip
-        url = await proxy.start()
+        early = options.intercept is None and options.workspace is None
+        listening = _listen(options.host, options.port)
+        process = None
+        if early:
+            process = await _spawn(cmd, _url(listening), the_run, options, offline=offline)
+        try:
+            from forkpoint.runtime.proxy import Proxy  # aiohttp and the runtime: the slow part
+
+            proxy = Proxy(
+                store, config, pace=options.pace, host=options.host, port=options.port,
+                read_timeout=options.read_timeout, max_body=options.max_body,
+                snapshot_policy=options.snapshots, intercept=options.intercept,
+            )  # fmt: skip
+            url = await proxy.start(listening)
+        except BaseException:
+            if process is not None:
+                await _stop(process)
+            listening.close()
+            raise
         # The run loads while the command starts: its requests wait for it, not the reverse.
         opening = asyncio.ensure_future(open_session(proxy))
-        if options.workspace is not None:  # put the files back before the command reads them
-            await proxy.snapshots.attach(
-                await opening, WorkspaceAdapter(options.workspace), moves_agent=False
-            )
-        env = agent_env(url, the_run, offline=offline, base=options.env or os.environ)
-        if proxy.interceptor is not None:
-            env.update(proxy.interceptor.env(the_run, env))
-        try:
-            process = await asyncio.create_subprocess_exec(*cmd, env=env)
-        except OSError as error:
-            await _abandon(opening)
-            await proxy.stop(RunStatus.CRASHED, error=f"cannot start {cmd[0]}: {error}")
-            raise ConfigError(f"cannot start {cmd[0]!r}: {error}") from error
+        if process is None:
+            if options.workspace is not None:  # put the files back before the command reads them
+                await proxy.snapshots.attach(
+                    await opening, WorkspaceAdapter(options.workspace), moves_agent=False
+                )
+            extra: dict[str, str] = {}
+            if proxy.interceptor is not None:
+                extra = proxy.interceptor.env(the_run, options.env or os.environ)
+            try:
+                process = await _spawn(cmd, url, the_run, options, offline=offline, extra=extra)
+            except ConfigError as error:
+                await _abandon(opening)
+                await proxy.stop(RunStatus.CRASHED, error=str(error))
+                raise
         try:
             session = await opening
         except BaseException:
-            process.terminate()
-            await process.wait()
+            await _stop(process)
             await proxy.stop(RunStatus.CRASHED, error="the run could not be loaded")
             raise
         exit_code = await _wait(process)
@@ -204,6 +228,44 @@ async def _run(
         return RunResult(the_run, exit_code, session.run.status, steps)
     finally:
         store.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The proxy's socket, listening before the proxy serves: a client that connects sooner
+    waits in the backlog."""
+    try:
+        return socket.create_server((host, port), reuse_port=False, backlog=128)
+    except OSError as error:
+        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror}") from error
+
+
+def _url(listening: socket.socket) -> str:
+    host, port = listening.getsockname()[:2]
+    return f"http://{host}:{port}"
+
+
+async def _spawn(
+    cmd: Sequence[str],
+    url: str,
+    run_id: str,
+    options: Options,
+    *,
+    offline: bool,
+    extra: Mapping[str, str] | None = None,
+) -> asyncio.subprocess.Process:
+    env = agent_env(url, run_id, offline=offline, base=options.env or os.environ)
+    env.update(extra or {})
+    try:
+        return await asyncio.create_subprocess_exec(*cmd, env=env)
+    except OSError as error:
+        raise ConfigError(f"cannot start {cmd[0]!r}: {error}") from error
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """The command started but its run will not be served: end it."""
+    if process.returncode is None:
+        process.terminate()
+    await process.wait()
 
 
 async def _wait(process: asyncio.subprocess.Process) -> int:

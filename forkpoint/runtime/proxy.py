@@ -8,6 +8,7 @@ synchronous callers such as tests and the pytest plugin, with sync forms of open
 from __future__ import annotations
 
 import secrets
+import socket
 import ssl
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -86,11 +87,17 @@ class Proxy:
         self._runner: web.AppRunner | None = None
         self.url = ""
 
-    async def start(self) -> str:
+    async def start(self, listening: socket.socket | None = None) -> str:
+        """Serve on `listening` (a socket its caller bound sooner, so a client could be
+        started before the proxy was), else on the host and port given; returns the URL."""
         await self.recorder.start()
         self._runner = web.AppRunner(self.gateway.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port, reuse_address=True)
+        site: web.BaseSite
+        if listening is not None:
+            site = web.SockSite(self._runner, listening)
+        else:
+            site = web.TCPSite(self._runner, self._host, self._port, reuse_address=True)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
