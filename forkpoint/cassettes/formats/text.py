@@ -50,6 +50,7 @@ __all__ = ["FORMAT_VERSION", "dumps", "loads", "read", "write"]
 
 FORMAT_VERSION = 1  # forkpoint's extras; bumped when an older forkpoint would misread a file
 VCR_VERSION = 1  # vcrpy's envelope
+ONE_LINE = 100  # bytes: a body this short is shown as it is, never indented
 
 # libyaml when PyYAML has it: parsing a 100-exchange cassette is then a few milliseconds.
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -120,7 +121,9 @@ def _interaction(e: Exchange) -> dict[str, Any]:
     serve several), and what differs from what a reader assumes (a live, complete exchange),
     so a cassette is no larger than it needs to be."""
     uri = uri_for(e)
-    extras: dict[str, Any] = {"step": e.step, "route": e.route}
+    extras: dict[str, Any] = {"step": e.step}
+    if e.route != route_for(uri, {}):  # else a reader takes it from the uri
+        extras["route"] = e.route
     if e.origin is not Origin.LIVE:
         extras["origin"] = e.origin.value
     if not e.complete:
@@ -179,6 +182,8 @@ def _ms(timestamp: float) -> float:
 def _shown(body: bytes, extras: dict[str, Any], key: str) -> str | bytes:
     """How a body is written: indented JSON where its form gives back its bytes (noted in
     `extras[key]`), else text, else `!!binary`."""
+    if len(body) <= ONE_LINE:  # as readable as it is: indenting would only add bytes
+        return text_or_bytes(body)
     form = json_forms.exact_form(body)
     if form is None:
         return text_or_bytes(body)
@@ -310,7 +315,8 @@ def _exchange(
         raise Invalid((*xp, "origin"), str(error)) from None
     parts = Parts(
         method=need(request, "method", str, rq),
-        route=optional(extras, "route", str, xp) or route_for(uri, routes),
+        # forkpoint leaves out a route that is the uri's path; another tool's file has none
+        route=optional(extras, "route", str, xp) or route_for(uri, {} if extras else routes),
         upstream=None if uri.startswith(NO_UPSTREAM) else uri,
         request_headers=_headers(request.get("headers"), (*rq, "headers")),
         request_body=_body(request.get("body"), extras, "request_json", (*rq, "body")),

@@ -20,7 +20,7 @@ from forkpoint.models import Chunk, Origin, Run, RunStatus
 from forkpoint.testing.upstream import ScriptedUpstream
 from tests.builders import exchange
 
-QUESTIONS = [("plain", False), ("stream me please", True)]
+QUESTIONS = [("plain, and long enough for its request to be shown indented", False), ("stream me", True)]
 
 
 def post(url: str, body: dict, key: str = "sk-text-secret") -> bytes:  # type: ignore[type-arg]
@@ -251,7 +251,7 @@ def _imported(imported: api.Imported) -> tuple[Run, int]:
 @pytest.mark.parametrize(
     "body",
     [
-        b'{"order":"A1","items":[{"sku":"x","qty":2}],"note":"caf\xc3\xa9"}',  # httpx, the SDKs
+        b'{"order":"A1","items":[{"sku":"x","qty":2},{"sku":"y","qty":1}],"note":"caf\xc3\xa9 au lait, s\'il vous pla\xc3\xaet"}',  # httpx, the SDKs
         b'{"order": "A1", "total": 89.9, "ok": true, "note": "caf\\u00e9"}',  # json.dumps
         b'{"order" : "A1",\n  "odd":   [1,2]}',  # a server's own spacing: shown as it is
         b'{"dup": 1, "dup": 2}',  # no serializer gives it back: shown as it is
@@ -269,13 +269,32 @@ def test_every_body_reads_back_byte_for_byte_and_json_is_shown_indented_where_sa
 
 
 def test_a_hand_edited_indented_body_is_written_back_in_its_form():
-    tool_call = exchange(request_body=b'{"question":"no"}', request_headers=())
+    context = "x" * text.ONE_LINE
+    tool_call = exchange(request_body=b'{"question":"no","context":"%s"}' % context.encode(),
+                         request_headers=())  # fmt: skip
     content = text.dumps(Run(id="r"), [tool_call]).replace('"question": "no"', '"question": "yes"')
     _, [loaded] = text.loads(content)
-    assert loaded.request_body == b'{"question":"yes"}'
+    assert loaded.request_body == b'{"question":"yes","context":"%s"}' % context.encode()
     broken = content.replace('"question": "yes"', '"question": ')
     with pytest.raises(CassetteError, match="must be JSON"):
         text.loads(broken)
+
+
+def test_a_short_body_is_written_as_it_is_and_a_route_the_uri_gives_is_left_out():
+    """A one-line request is as readable as it gets: indenting it, or writing a route its uri
+    already says, only makes a test cassette larger than vcrpy's (issue 16.5)."""
+    body = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
+    plain = exchange(request_body=body, request_headers=(), upstream="http://up/v1/chat/completions",
+                     route="/v1/chat/completions")  # fmt: skip
+    named = exchange(step=1, request_body=body, request_headers=(),
+                     upstream="http://up/v1/messages", route="/anthropic/v1/messages")  # fmt: skip
+    content = text.dumps(Run(id="r"), [plain, named])
+    assert body.decode() in content and "request_json" not in content
+    assert "route: /v1/chat/completions" not in content
+    assert "route: /anthropic/v1/messages" in content
+    _, loaded = text.loads(content, routes={"v1": "http://up/v1"})
+    assert [e.route for e in loaded] == ["/v1/chat/completions", "/anthropic/v1/messages"]
+    assert [e.request_body for e in loaded] == [body, body]
 
 
 def test_a_note_on_how_an_answer_was_chosen_is_kept_by_every_format():
