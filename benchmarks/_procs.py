@@ -134,10 +134,10 @@ def mitmdump(logs: Path, upstream_url: str) -> Child:
 def forkpoint(
     name: str, logs: Path, *, mode: str, cassette: Path | str, run: str,
     upstream_url: str | None = None,
-    profile: Path | None = None,
+    profile: Path | None = None, loop: str = "asyncio",
 ) -> Child:  # fmt: skip
     argv = [sys.executable, str(_HERE / "_run_forkpoint.py"), "--mode", mode,
-            "--cassette", str(cassette), "--run", run]  # fmt: skip
+            "--cassette", str(cassette), "--run", run, "--loop", loop]  # fmt: skip
     if upstream_url:
         argv += ["--upstream", upstream_url]
     if profile:

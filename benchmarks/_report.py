@@ -113,7 +113,8 @@ def render(
 ) -> tuple[str, bool]:
     """The table as text, and whether any target failed."""
     table = rows(results)
-    widths = [28, *[10] * len(COLUMNS), 18, 18]
+    columns = [*COLUMNS, *(n for n in results if n not in COLUMNS)]  # e.g. record-uvloop
+    widths = [28, *[10] * len(columns), 18, 18]
     lines = [
         f"forkpoint gateway benchmark: {plan.rounds} round(s); per target and round "
         f"{plan.c1} requests at c=1, {plan.c32} at c=32, {plan.streams} SSE streams "
@@ -122,10 +123,10 @@ def render(
         f"Other work on the machine kept {other_cpus:.1f} CPUs busy on average"
         + (BUSY if other_cpus > BUSY_CPUS else "."),
         "",
-        _line(["", *COLUMNS, "record target", "replay target"], widths),
+        _line(["", *columns, "record target", "replay target"], widths),
     ]
     for row in table:
-        cells = [row.fmt(n, row.values[n]) if n in row.values else "-" for n in COLUMNS]
+        cells = [row.fmt(n, row.values[n]) if n in row.values else "-" for n in columns]
         checks = [str(check) if check else "" for check in (row.record, row.replay)]
         lines.append(_line([row.label, *cells, *checks], widths))
     lines += [

@@ -6,6 +6,7 @@ commits every exchange and closes the run, so a recording is complete once the p
     python benchmarks/_run_forkpoint.py --mode record --cassette c.db --upstream URL --run ID
     python benchmarks/_run_forkpoint.py --mode replay --cassette c.db --run ID
     ... --profile out.prof   # cProfile, written on exit (from 3.12 it sees every thread)
+    ... --loop uvloop        # under uvloop instead of asyncio's own loop
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def main() -> None:
     parser.add_argument("--upstream", help="base URL to record from (record mode)")
     parser.add_argument("--run", required=True, help="run id to record, or to replay")
     parser.add_argument("--profile", help="write a cProfile of the process here on exit")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the event loop (uvloop: pip install uvloop)")  # fmt: skip
     args = parser.parse_args()
     if args.mode == "record" and not args.upstream:
         parser.error("--mode record needs --upstream")
@@ -50,7 +53,12 @@ def main() -> None:
     if profiler:
         profiler.enable()
     try:
-        asyncio.run(serve(args.mode, args.cassette, args.upstream, args.run))
+        if args.loop == "uvloop":
+            import uvloop
+
+            uvloop.run(serve(args.mode, args.cassette, args.upstream, args.run))
+        else:
+            asyncio.run(serve(args.mode, args.cassette, args.upstream, args.run))
     finally:
         if profiler:
             profiler.disable()

@@ -84,7 +84,7 @@ async def record_source(url: str, bodies: Bodies, rounds: int) -> None:
         )
 
 
-async def measure(plan: Plan, profile: Path | None) -> dict[str, Measured]:
+async def measure(plan: Plan, profile: Path | None, uvloop: bool) -> dict[str, Measured]:
     bodies = Bodies.for_plan(plan)
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-") as tmp:
         logs = Path(tmp)
@@ -104,6 +104,11 @@ async def measure(plan: Plan, profile: Path | None) -> dict[str, Measured]:
                     upstream_url=upstream_url, profile=profile and profile / "record.prof",
                 ),
             }  # fmt: skip
+            if uvloop:  # the same recording proxy on uvloop's event loop: does it earn a place?
+                others["record-uvloop"] = _procs.forkpoint(
+                    "record-uvloop", logs, mode="record", cassette=logs / "record-uv.db",
+                    run="bench", upstream_url=upstream_url, loop="uvloop",
+                )  # fmt: skip
             children += others.values()
             await record_source(source.ready(), bodies, plan.rounds)
             source.stop()  # commits the recording before the replay target loads it
@@ -157,7 +162,8 @@ async def _measure_all(
     """Warm every target up, then run the rounds; each round rotates which target goes first,
     and each workload visits every target before the next workload starts."""
     stagger = plan.chunk_delay / 8
-    targets = [Target(name, children[name], new_client(), stagger) for name in TARGETS]
+    names = [*TARGETS, *(n for n in children if n not in TARGETS)]
+    targets = [Target(name, children[name], new_client(), stagger) for name in names]
     try:
         await asyncio.gather(*(_warm_up(target, bodies) for target in targets))
         for target in targets:
@@ -192,13 +198,15 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="cProfile the forkpoint processes into DIR/{record,replay}.prof "
                              "(it slows them: the targets then mean nothing)")  # fmt: skip
+    parser.add_argument("--uvloop", action="store_true",
+                        help="add forkpoint record on uvloop (pip install uvloop)")  # fmt: skip
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         args.profile = args.profile.resolve()
     started, load = time.perf_counter(), _procs.OtherLoad()
-    results = asyncio.run(measure(plan, args.profile))
+    results = asyncio.run(measure(plan, args.profile, args.uvloop))
     table, failed = _report.render(results, plan, time.perf_counter() - started, load.cpus())
     print(table)
     return 1 if args.strict and failed else 0
