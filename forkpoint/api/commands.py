@@ -177,9 +177,14 @@ async def _run(
         # The run loads while the command starts: its requests wait for it, not the reverse.
         opening = asyncio.ensure_future(open_session(proxy))
         if options.workspace is not None:  # put the files back before the command reads them
-            await proxy.snapshots.attach(
-                await opening, WorkspaceAdapter(options.workspace), moves_agent=False
-            )
+            try:
+                await proxy.snapshots.attach(
+                    await opening, WorkspaceAdapter(options.workspace), moves_agent=False
+                )
+            except BaseException as error:  # a refused snapshot: the command never starts
+                await _abandon(opening)
+                await proxy.stop(RunStatus.CRASHED, error=str(error))
+                raise
         env = agent_env(url, the_run, offline=offline, base=options.env or os.environ)
         if proxy.interceptor is not None:
             env.update(proxy.interceptor.env(the_run, env))
