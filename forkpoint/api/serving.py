@@ -50,8 +50,9 @@ async def aserve(
             max_body=options.max_body, snapshot_policy=options.snapshots,
             intercept=options.intercept,
         )  # fmt: skip
-        if replay is not None:
-            await proxy.sessions.replay(replay, on_divergence=options.on_divergence)
+        if replay is not None:  # a replaying proxy serves that replay alone, whatever is named
+            session = await proxy.sessions.replay(replay, on_divergence=options.on_divergence)
+            proxy.sessions.serve_only(session, replay, *filter(None, [session.run.parent_id]))
         url = await proxy.start()
         if ready is not None:
             interceptor = proxy.interceptor
