@@ -172,6 +172,7 @@ async def _run(
             store, config, pace=options.pace, host=options.host, port=options.port,
             read_timeout=options.read_timeout, max_body=options.max_body,
             snapshot_policy=options.snapshots, intercept=options.intercept,
+            adapter_hosts=options.adapter_hosts,
         )  # fmt: skip
         url = await proxy.start()
         # The run loads while the command starts: its requests wait for it, not the reverse.

@@ -48,7 +48,7 @@ async def aserve(
             store, engine_config(options, live=live, recorded=recorded), host=options.host,
             port=options.port, pace=options.pace, read_timeout=options.read_timeout,
             max_body=options.max_body, snapshot_policy=options.snapshots,
-            intercept=options.intercept,
+            intercept=options.intercept, adapter_hosts=options.adapter_hosts,
         )  # fmt: skip
         if replay is not None:  # a replaying proxy serves that replay alone, whatever is named
             session = await proxy.sessions.replay(replay, on_divergence=options.on_divergence)

@@ -24,6 +24,10 @@ from forkpoint.runtime.intercept import InterceptOptions
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8765, show_default=True)
 @click.option("--replay", "replay_run", metavar="RUN", help="Replay RUN instead of recording.")
+@click.option(
+    "--adapter-host", "adapter_hosts", multiple=True, metavar="HOST",
+    help="Also fetch agent adapters registered at HOST (repeatable) [default: loopback only].",
+)  # fmt: skip
 @pace_option
 @limit_options
 @intercept_options(port=8766)
@@ -32,7 +36,7 @@ def serve(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], host: str, port: int,
     replay_run: str | None, pace: str, read_timeout: float, max_body: int,
-    intercept: InterceptOptions | None,
+    intercept: InterceptOptions | None, adapter_hosts: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Serve the proxy until interrupted, recording every run that comes through.
 
@@ -45,7 +49,7 @@ def serve(
         redact=redact,
         cassette=cassette, host=host, port=port, upstream=upstream,
         routes=parse_routes(routes), pace=Pace.parse(pace), read_timeout=read_timeout,
-        max_body=max_body * 2**20, intercept=intercept,
+        max_body=max_body * 2**20, intercept=intercept, adapter_hosts=adapter_hosts,
     )  # fmt: skip
     api.serve(options, replay=replay_run, ready=_announce)
 

@@ -19,7 +19,7 @@ import dataclasses
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import assert_never
 from urllib.parse import urlsplit
 
@@ -91,13 +91,14 @@ class Gateway:
         pace: Pace = Pace(),
         max_body: int = DEFAULT_MAX_BODY,
         intercept_secret: str | None = None,
+        adapter_hosts: Iterable[str] = (),
     ):
         self.sessions = sessions
         self.config = config
         self.sender = sender
         self.recorder = recorder
         self.snapshots = snapshots
-        self.control = Control(snapshots)
+        self.control = Control(snapshots, adapter_hosts=adapter_hosts)
         self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace, sessions=sessions)
         self.pace = pace
         self.max_body = max_body
@@ -123,7 +124,9 @@ class Gateway:
             log.warning("%s", message)
             return _error(request.method, route, 503, message, "forkpoint_store")
         if route.startswith(CONTROL_PREFIX):
-            return await self.control.handle(request, session, route, body)
+            return await self.control.handle(
+                request, session, route, body, named=run_id is not None
+            )
         try:
             step = await self.sessions.allocate(session)
         except CassetteError as error:

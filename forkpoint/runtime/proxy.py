@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
@@ -49,6 +49,7 @@ class Proxy:
         max_body: int = DEFAULT_MAX_BODY,
         snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
         intercept: InterceptOptions | None = None,
+        adapter_hosts: Iterable[str] = (),
     ):
         self.store = store
         self.config = config
@@ -76,6 +77,7 @@ class Proxy:
             pace=pace,
             max_body=max_body,
             intercept_secret=secret,
+            adapter_hosts=adapter_hosts,
         )
         self._intercept = intercept
         self._secret = secret

@@ -12,6 +12,7 @@ import pytest
 
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from tests.cli.test_serve import ask, start_serve, stop
+from tests.doors.test_control import StateServer, register
 
 
 def start(
@@ -63,3 +64,20 @@ def test_a_replaying_serve_is_offline_for_every_run(upstream, tmp_path):
     after = steps(cassette)
     assert {run: after[run] for run in recorded} == recorded  # nothing appended
     assert "never-recorded" not in after  # nor made
+
+
+def test_serve_fetches_adapters_on_loopback_unless_adapter_host_allows_more(upstream, tmp_path):
+    server = StateServer("0.0.0.0")
+    beyond = f"http://0.0.0.0:{server.port}/state"
+    try:
+        for args, expected in (((), 403), (("--adapter-host", "0.0.0.0"), 200)):
+            process, url = start(tmp_path / "c.db", "--upstream", upstream.url, *args)
+            try:
+                status, answer = register(url, beyond, run="t")
+                assert status == expected, answer
+                assert register(url, f"http://127.0.0.1:{server.port}/state", run="u")[0] == 200
+            finally:
+                stop(process)
+                process.stderr.close()  # type: ignore[union-attr]
+    finally:
+        server.stop()
