@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 from collections.abc import Awaitable, Callable, Sequence
+from urllib.parse import quote
 
 from forkpoint.adapters.workspace import WorkspaceAdapter
 from forkpoint.api.env import agent_env
@@ -21,6 +22,7 @@ from forkpoint.api.results import RunResult
 from forkpoint.api.sync import run_sync
 from forkpoint.cassettes.open import open_store
 from forkpoint.cassettes.store import Store
+from forkpoint.doors.auth import TOKEN_PREFIX
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
 from forkpoint.engine.session import Session
@@ -172,7 +174,7 @@ async def _run(
             store, config, pace=options.pace, host=options.host, port=options.port,
             read_timeout=options.read_timeout, max_body=options.max_body,
             snapshot_policy=options.snapshots, intercept=options.intercept,
-            adapter_hosts=options.adapter_hosts,
+            adapter_hosts=options.adapter_hosts, token=options.token,
         )  # fmt: skip
         url = await proxy.start()
         # The run loads while the command starts: its requests wait for it, not the reverse.
@@ -186,6 +188,8 @@ async def _run(
                 await _abandon(opening)
                 await proxy.stop(RunStatus.CRASHED, error=str(error))
                 raise
+        if proxy.token is not None:  # the command's clients carry it in their base URLs
+            url += f"{TOKEN_PREFIX}{quote(proxy.token, safe='')}"
         env = agent_env(url, the_run, offline=offline, base=options.env or os.environ)
         if proxy.interceptor is not None:
             env.update(proxy.interceptor.env(the_run, env))

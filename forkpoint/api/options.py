@@ -61,6 +61,8 @@ class Options:
         `[tool.forkpoint]` (`forkpoint.api.config`), before the ones given here.
     env: the command's environment [default: this process's].
     adapter_hosts: hosts beside loopback whose adapter URLs the proxy may fetch.
+    token: what every request must carry (`forkpoint.doors.auth`); unset, a proxy bound
+        beyond loopback makes one up.
     """
 
     cassette: str | os.PathLike[str] | None = None
@@ -85,6 +87,7 @@ class Options:
     project_config: bool = True
     env: Mapping[str, str] | None = None
     adapter_hosts: Sequence[str] = ()
+    token: str | None = None
 
 
 def store_location(given: str | os.PathLike[str] | None = None) -> str:

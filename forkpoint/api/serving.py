@@ -29,6 +29,8 @@ class Serving:
     url: str
     intercept_url: str | None = None
     intercept_env: dict[str, str] | None = None
+    token: str | None = None  # what every request must carry (forkpoint.doors.auth)
+    token_made: bool = False  # made up by the proxy: the caller shows it
 
 
 async def aserve(
@@ -49,6 +51,7 @@ async def aserve(
             port=options.port, pace=options.pace, read_timeout=options.read_timeout,
             max_body=options.max_body, snapshot_policy=options.snapshots,
             intercept=options.intercept, adapter_hosts=options.adapter_hosts,
+            token=options.token,
         )  # fmt: skip
         if replay is not None:  # a replaying proxy serves that replay alone, whatever is named
             session = await proxy.sessions.replay(replay, on_divergence=options.on_divergence)
@@ -60,6 +63,8 @@ async def aserve(
                 url,
                 interceptor.url if interceptor else None,
                 interceptor.env("RUN") if interceptor else None,
+                proxy.token,
+                proxy.token_made,
             ))  # fmt: skip
         await (stop.wait() if stop is not None else until_stopped())
         await proxy.stop(RunStatus.FINISHED)

@@ -25,6 +25,14 @@ from forkpoint.runtime.intercept import InterceptOptions
 @click.option("--port", default=8765, show_default=True)
 @click.option("--replay", "replay_run", metavar="RUN", help="Replay RUN instead of recording.")
 @click.option(
+    "--token",
+    envvar="FORKPOINT_TOKEN",
+    default=None,
+    metavar="TOKEN",
+    help="Answer only requests that carry TOKEN (/t/TOKEN/ path prefix, X-Forkpoint-Token "
+    "header, or the proxy password) [env FORKPOINT_TOKEN; beyond loopback, one is made up].",
+)
+@click.option(
     "--adapter-host", "adapter_hosts", multiple=True, metavar="HOST",
     help="Also fetch agent adapters registered at HOST (repeatable) [default: loopback only].",
 )  # fmt: skip
@@ -36,7 +44,7 @@ def serve(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], host: str, port: int,
     replay_run: str | None, pace: str, read_timeout: float, max_body: int,
-    intercept: InterceptOptions | None, adapter_hosts: tuple[str, ...],
+    intercept: InterceptOptions | None, adapter_hosts: tuple[str, ...], token: str | None,
 ) -> None:  # fmt: skip
     """Serve the proxy until interrupted, recording every run that comes through.
 
@@ -50,12 +58,21 @@ def serve(
         cassette=cassette, host=host, port=port, upstream=upstream,
         routes=parse_routes(routes), pace=Pace.parse(pace), read_timeout=read_timeout,
         max_body=max_body * 2**20, intercept=intercept, adapter_hosts=adapter_hosts,
+        token=token,
     )  # fmt: skip
     api.serve(options, replay=replay_run, ready=_announce)
 
 
 def _announce(serving: api.Serving) -> None:
-    click.echo(f"forkpoint serving on {serving.url}  (OPENAI_BASE_URL={serving.url}/v1)")
+    base = f"{serving.url}/t/TOKEN" if serving.token else serving.url
+    click.echo(f"forkpoint serving on {serving.url}  (OPENAI_BASE_URL={base}/v1)")
+    if serving.token_made:  # the one place it is shown: stderr, never stdout or the cassette
+        click.echo(
+            f"forkpoint: made up a token for this proxy (give --token or FORKPOINT_TOKEN to "
+            f"keep one): OPENAI_BASE_URL={serving.url}/t/{serving.token}/v1, or the "
+            "X-Forkpoint-Token header",
+            err=True,
+        )
     if serving.intercept_url and serving.intercept_env:
         env = serving.intercept_env
         click.echo(

@@ -14,7 +14,6 @@ stranger's URL is fetched, and no redirect is followed (`forkpoint.adapters.http
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 
 import aiohttp
@@ -24,11 +23,11 @@ from yarl import URL
 
 from forkpoint.adapters.http import AdapterError, HttpAdapter
 from forkpoint.adapters.workspace import WorkspaceAdapter
+from forkpoint.doors.auth import is_loopback
 from forkpoint.doors.ports import Snapshots
 from forkpoint.engine.session import Session
 
 PREFIX = "/_forkpoint/"
-LOOPBACK_NAMES = frozenset({"localhost"})
 
 
 class Control:
@@ -92,17 +91,6 @@ class Control:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
-
-
-def is_loopback(host: str) -> bool:
-    """`localhost` or a loopback address, as written: a name is not resolved (it could
-    resolve elsewhere by the time it is fetched)."""
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _error(status: int, message: str) -> web.Response:

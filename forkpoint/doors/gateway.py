@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from forkpoint.doors.auth import tokens
 from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
 from forkpoint.doors.mocks import run_mock
@@ -92,6 +93,7 @@ class Gateway:
         max_body: int = DEFAULT_MAX_BODY,
         intercept_secret: str | None = None,
         adapter_hosts: Iterable[str] = (),
+        token: str | None = None,
     ):
         self.sessions = sessions
         self.config = config
@@ -103,7 +105,9 @@ class Gateway:
         self.pace = pace
         self.max_body = max_body
         self._secret = intercept_secret
-        self.app = web.Application(client_max_size=max_body)
+        # the token (doors/auth.py) is checked and taken off before `handle` reads anything
+        middlewares = tokens(token, intercept_secret)
+        self.app = web.Application(client_max_size=max_body, middlewares=middlewares)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.app.on_shutdown.append(self.sockets.close_all)  # open websockets end the stop
 

@@ -7,6 +7,7 @@ synchronous callers such as tests and the pytest plugin, with sync forms of open
 
 from __future__ import annotations
 
+import logging
 import secrets
 import ssl
 from collections.abc import Coroutine, Iterable
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiohttp import web
 
 from forkpoint.cassettes.store import Store
+from forkpoint.doors.auth import is_loopback, token_for
 from forkpoint.doors.gateway import Gateway
 from forkpoint.doors.ports import Sender
 from forkpoint.engine.config import DEFAULT_MAX_BODY, EngineConfig
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from forkpoint.runtime.intercept_server import InterceptServer
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class Proxy:
@@ -50,6 +53,7 @@ class Proxy:
         snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
         intercept: InterceptOptions | None = None,
         adapter_hosts: Iterable[str] = (),
+        token: str | None = None,
     ):
         self.store = store
         self.config = config
@@ -68,6 +72,9 @@ class Proxy:
         # The interceptor (mitmproxy, an optional extra) hands its requests to the gateway,
         # marked with this secret; no other request may name an origin to be sent to.
         secret = secrets.token_urlsafe(24) if intercept is not None else None
+        # Beyond loopback every request needs a token: the one given, else one made up here
+        # (`token_made`: the caller shows it), as `forkpoint.doors.auth` says.
+        self.token, self.token_made = token_for(host, token)
         self.gateway = Gateway(
             sessions=self.sessions,
             config=config,
@@ -78,6 +85,7 @@ class Proxy:
             max_body=max_body,
             intercept_secret=secret,
             adapter_hosts=adapter_hosts,
+            token=self.token,
         )
         self._intercept = intercept
         self._secret = secret
@@ -96,12 +104,17 @@ class Proxy:
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
+        if not is_loopback(self._host):
+            log.warning(
+                "forkpoint: listening on %s:%s, beyond loopback: every request needs the token",
+                self._host, port,
+            )  # fmt: skip
         if self._intercept is not None:
             from forkpoint.runtime.intercept_server import InterceptServer
 
             assert self._secret is not None
             self.interceptor = InterceptServer(
-                self._intercept, gateway=(host, port), secret=self._secret
+                self._intercept, gateway=(host, port), secret=self._secret, token=self.token
             )
             await self.interceptor.start()
         return self.url

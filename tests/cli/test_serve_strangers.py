@@ -3,9 +3,13 @@ one bound beyond loopback answers only requests that carry its token."""
 
 from __future__ import annotations
 
+import os
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import IO
 
 import openai
 import pytest
@@ -29,6 +33,22 @@ def start(
     if not line.startswith("forkpoint serving on "):
         raise AssertionError(line + process.communicate()[1])
     return process, line.split()[3]
+
+
+def lines_of(stream: IO[str] | None) -> tuple[queue.Queue[str], threading.Thread]:
+    """The stream's lines as they come, read (then closed) on a thread: a test waits for one
+    with a timeout instead of blocking on a line that never comes."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert stream is not None
+        with stream:
+            for line in stream:
+                lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return lines, reader
 
 
 def steps(cassette: Path) -> dict[str, int]:
@@ -81,3 +101,41 @@ def test_serve_fetches_adapters_on_loopback_unless_adapter_host_allows_more(upst
                 process.stderr.close()  # type: ignore[union-attr]
     finally:
         server.stop()
+
+
+def test_serve_beyond_loopback_warns_and_answers_only_requests_with_its_token(upstream, tmp_path):
+    cassette = tmp_path / "c.db"
+    process, url = start(cassette, "--host", "0.0.0.0", "--upstream", upstream.url)
+    local = url.replace("0.0.0.0", "127.0.0.1")
+    try:
+        said, reader = lines_of(process.stderr)
+        warning, token_line = said.get(timeout=10), said.get(timeout=10)
+        assert "beyond loopback" in warning, warning
+        token = token_line.split("/t/")[1].split("/")[0]
+        with pytest.raises(openai.AuthenticationError, match="token"):
+            ask(local, "who are you", run="stranger")
+        status, _ = register(local, "http://127.0.0.1:1/state", run="stranger")
+        assert status == 401
+        assert upstream.request_count == 0
+        assert ask(f"{local}/t/{token}", "hello", run="mine") == "[gpt-4o] hello"
+    finally:
+        stop(process)
+        reader.join(10)
+    assert steps(cassette) == {"mine": 1}
+    assert token not in str(upstream.requests)
+
+
+def test_serve_takes_its_token_from_the_environment(upstream, tmp_path):
+    env = {**os.environ, "FORKPOINT_TOKEN": "correct-horse"}
+    process, url = start(tmp_path / "c.db", "--upstream", upstream.url, env=env)
+    try:
+        with pytest.raises(openai.AuthenticationError):
+            ask(url, "no token")
+        with pytest.raises(openai.AuthenticationError):
+            ask(f"{url}/t/correct-horsf", "a wrong one")
+        assert ask(f"{url}/t/correct-horse", "right") == "[gpt-4o] right"
+    finally:
+        stop(process)
+        err = process.stderr.read()  # type: ignore[union-attr]
+        process.stderr.close()  # type: ignore[union-attr]
+    assert "correct-horse" not in err
