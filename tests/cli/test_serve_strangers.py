@@ -3,6 +3,7 @@ one bound beyond loopback answers only requests that carry its token."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import subprocess
@@ -14,7 +15,9 @@ from typing import IO
 import openai
 import pytest
 
+from forkpoint.api import Options, Serving, aserve
 from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.engine.config import OnDivergence
 from tests.cli.test_serve import ask, start_serve, stop
 from tests.doors.test_control import StateServer, register
 
@@ -139,3 +142,43 @@ def test_serve_takes_its_token_from_the_environment(upstream, tmp_path):
         err = process.stderr.read()  # type: ignore[union-attr]
         process.stderr.close()  # type: ignore[union-attr]
     assert "correct-horse" not in err
+
+
+def test_a_replay_that_may_go_live_still_serves_no_other_run(upstream, tmp_path):
+    """`on_divergence=live` lets the replay itself go live; a request naming another run did
+    too, recorded into that run."""
+    cassette = tmp_path / "c.db"
+    process, url = start_serve(cassette, upstream.url)
+    try:
+        ask(url, "one", run="ticket-1")
+        ask(url, "two", run="ticket-2")
+    finally:
+        stop(process)
+    recorded, live_calls = steps(cassette), upstream.request_count
+    options = Options(
+        cassette=cassette, port=0, upstream=upstream.url, on_divergence=OnDivergence.LIVE
+    )
+
+    async def main() -> None:
+        ready: asyncio.Future[Serving] = asyncio.get_running_loop().create_future()
+        stopping = asyncio.Event()
+        serving = asyncio.create_task(
+            aserve(options, replay="ticket-1", ready=ready.set_result, stop=stopping)
+        )
+        base = (await ready).url
+        try:
+            async with openai.AsyncOpenAI(
+                base_url=f"{base}/r/ticket-2/v1", api_key="k", max_retries=0
+            ) as client:
+                with pytest.raises(openai.BadRequestError, match="replays run ticket-1"):
+                    await client.chat.completions.create(
+                        model="gpt-4o", messages=[{"role": "user", "content": "two"}]
+                    )
+        finally:
+            stopping.set()
+            await serving
+
+    asyncio.run(main())
+    assert upstream.request_count == live_calls
+    after = steps(cassette)
+    assert {run: after[run] for run in recorded} == recorded
