@@ -12,6 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 import requests
+from websockets.exceptions import InvalidStatus
 
 from forkpoint.runtime.intercept import InterceptOptions
 from tests.doors.test_control import register
@@ -19,6 +20,9 @@ from tests.doors.test_interceptor import ca as ca  # the fixtures
 from tests.doors.test_interceptor import client, recorded
 from tests.doors.test_interceptor import confdir as confdir
 from tests.doors.test_interceptor import services as services
+from tests.doors.test_sockets import ask as socket_ask
+from tests.doors.test_sockets import opened
+from tests.doors.test_sockets import service as service
 
 TOKEN = "s3cret-Token_1"
 
@@ -119,3 +123,15 @@ def test_the_interceptor_takes_the_token_as_the_proxy_password(
     assert TOKEN not in repr(echoed)
     exchanges = recorded(thread, store, "run1")
     assert len(exchanges) == 2 and TOKEN not in repr(exchanges)
+
+
+def test_a_websocket_carries_the_token_in_its_path(start_proxy, store, service):
+    thread = start_proxy(None, routes={"tools": service.url}, token=TOKEN)
+    run = thread.record().run.id
+    with pytest.raises(InvalidStatus, match="401"):
+        opened(thread.proxy.url).close()
+    with opened(thread.proxy.url, f"/t/{TOKEN}/tools/ws") as socket:
+        assert socket_ask(socket, "hi") == ["hi once", "hi twice"]
+    thread.close()
+    assert [e.route for e in store.exchanges(run)] == ["/tools/ws"] * 2
+    assert TOKEN not in repr(store.exchanges(run))
