@@ -66,7 +66,14 @@ def tokens(token: str | None, intercept_secret: str | None) -> list[Middleware]:
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        presented, request = _taken(request)
+        try:
+            presented, request = _taken(request)
+        except UnicodeEncodeError:  # aiohttp re-encodes the headers it keeps as UTF-8
+            message = (
+                "forkpoint: a request with the X-Forkpoint-Token header must send UTF-8 "
+                "headers; put the token in the path (/t/TOKEN/) instead"
+            )
+            return _refused(request, 400, message)
         if token is None or (presented is not None and same(presented, token)):
             return await handler(request)
         if _vouched(request, intercept_secret):  # the interceptor checked its client's token
@@ -75,13 +82,18 @@ def tokens(token: str | None, intercept_secret: str | None) -> list[Middleware]:
             "forkpoint: this proxy needs its token: put it in the base URL "
             "(http://HOST:PORT/t/TOKEN/v1) or send it as the X-Forkpoint-Token header"
         )
-        headers, body = error_reply(
-            request.method, urlsplit(request.raw_path).path or "/", 401, message,
-            error_type="forkpoint_token",
-        )  # fmt: skip
-        return web.Response(status=401, headers=headers, body=body)
+        return _refused(request, 401, message)
 
     return [check]
+
+
+def _refused(request: web.Request, status: int, message: str) -> web.Response:
+    """forkpoint's own error, in the shape of the API the request was for."""
+    route = urlsplit(request.raw_path).path or "/"
+    headers, body = error_reply(
+        request.method, route, status, message, error_type="forkpoint_token"
+    )
+    return web.Response(status=status, headers=headers, body=body)
 
 
 def _vouched(request: web.Request, intercept_secret: str | None) -> bool:

@@ -5,6 +5,7 @@ neither the cassette nor the upstream."""
 from __future__ import annotations
 
 import logging
+import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -135,3 +136,16 @@ def test_a_websocket_carries_the_token_in_its_path(start_proxy, store, service):
     thread.close()
     assert [e.route for e in store.exchanges(run)] == ["/tools/ws"] * 2
     assert TOKEN not in repr(store.exchanges(run))
+
+
+def test_the_token_header_beside_a_header_that_is_not_utf8_is_a_clear_400(start_proxy, upstream):
+    proxy = start_proxy(upstream.url, token=TOKEN).proxy
+    host, port = proxy.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(
+            b"GET /v1/models HTTP/1.1\r\nHost: a\r\nX-Forkpoint-Token: " + TOKEN.encode()
+            + b"\r\nX-Name: caf\xe9\r\nConnection: close\r\n\r\n"
+        )  # fmt: skip
+        answer = b"".join(iter(lambda: raw.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"/t/TOKEN/" in answer
+    assert upstream.request_count == 0
