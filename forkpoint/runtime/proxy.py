@@ -72,9 +72,11 @@ class Proxy:
         # The interceptor (mitmproxy, an optional extra) hands its requests to the gateway,
         # marked with this secret; no other request may name an origin to be sent to.
         secret = secrets.token_urlsafe(24) if intercept is not None else None
-        # Beyond loopback every request needs a token: the one given, else one made up here
-        # (`token_made`: the caller shows it), as `forkpoint.doors.auth` says.
-        self.token, self.token_made = token_for(host, token)
+        # Beyond loopback (either door) every request needs a token: the one given, else one
+        # made up here (`token_made`: the caller shows it), as `forkpoint.doors.auth` says.
+        hosts = (host, intercept.host) if intercept is not None else (host,)
+        self._exposed = [where for where in hosts if not is_loopback(where)]
+        self.token, self.token_made = token_for(next(iter(self._exposed), host), token)
         self.gateway = Gateway(
             sessions=self.sessions,
             config=config,
@@ -104,11 +106,11 @@ class Proxy:
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
-        if not is_loopback(self._host):
+        for where in self._exposed:
             log.warning(
-                "forkpoint: listening on %s:%s, beyond loopback: every request needs the token",
-                self._host, port,
-            )  # fmt: skip
+                "forkpoint: listening on %s, beyond loopback: every request needs the token",
+                where,
+            )
         if self._intercept is not None:
             from forkpoint.runtime.intercept_server import InterceptServer
 

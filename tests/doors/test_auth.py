@@ -149,3 +149,14 @@ def test_the_token_header_beside_a_header_that_is_not_utf8_is_a_clear_400(start_
         answer = b"".join(iter(lambda: raw.recv(65536), b""))
     assert answer.startswith(b"HTTP/1.1 400 ") and b"/t/TOKEN/" in answer
     assert upstream.request_count == 0
+
+
+def test_an_interceptor_beyond_loopback_needs_the_token_too(start_proxy, confdir, caplog):
+    with caplog.at_level(logging.WARNING, logger="forkpoint"):
+        thread = start_proxy(None, intercept=InterceptOptions(host="0.0.0.0", confdir=confdir))
+    assert thread.proxy.token_made and thread.proxy.token
+    assert any("0.0.0.0, beyond loopback" in r.getMessage() for r in caplog.records)
+    with client(thread, confdir, run="run1") as http:
+        with pytest.raises(requests.exceptions.ProxyError, match="407"):
+            http.get("https://tools.example/v1/search")  # a tunnel (CONNECT)
+        assert http.get("http://tools.example/v1/search").status_code == 407  # a plain request
