@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import click
 
 from forkpoint import api
@@ -75,7 +77,10 @@ def _announce(serving: api.Serving) -> None:
         )
     if serving.intercept_url and serving.intercept_env:
         env = serving.intercept_env
+        proxy_url = env["HTTPS_PROXY"]
+        if serving.token:  # shown as a placeholder: stdout is kept in logs
+            proxy_url = proxy_url.replace(quote(serving.token, safe=""), "TOKEN")
         click.echo(
             f"forkpoint intercepting on {serving.intercept_url}  (HTTPS_PROXY="
-            f"{env['HTTPS_PROXY']}, SSL_CERT_FILE={env['SSL_CERT_FILE']})"
+            f"{proxy_url}, SSL_CERT_FILE={env['SSL_CERT_FILE']})"
         )

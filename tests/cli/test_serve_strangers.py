@@ -182,3 +182,18 @@ def test_a_replay_that_may_go_live_still_serves_no_other_run(upstream, tmp_path)
     assert upstream.request_count == live_calls
     after = steps(cassette)
     assert {run: after[run] for run in recorded} == recorded
+
+
+def test_serve_shows_a_given_token_nowhere(upstream, tmp_path):
+    env = {**os.environ, "FORKPOINT_TOKEN": "given-t0ken", "XDG_CONFIG_HOME": str(tmp_path)}
+    process, _ = start(tmp_path / "c.db", "--upstream", upstream.url, "--intercept",
+                         "--intercept-port", "0", env=env)  # fmt: skip
+    try:
+        assert process.stdout is not None
+        intercepting = process.stdout.readline()
+        assert "HTTPS_PROXY=http://RUN:TOKEN@" in intercepting, intercepting
+    finally:
+        stop(process)
+        err = process.stderr.read()  # type: ignore[union-attr]
+        process.stderr.close()  # type: ignore[union-attr]
+    assert "given-t0ken" not in intercepting + err
