@@ -53,6 +53,10 @@ def serve(
     Pick a run per request with a /r/RUN/ path prefix or an X-Forkpoint-Run header; through
     --intercept, with HTTPS_PROXY=http://RUN:@127.0.0.1:8766 or that header.
 
+    Beyond loopback (--host 0.0.0.0) every request needs the token (--token, else one made
+    up and printed on stderr): OPENAI_BASE_URL=http://HOST:8765/t/TOKEN/v1, the
+    X-Forkpoint-Token header, or HTTPS_PROXY=http://RUN:TOKEN@HOST:8766.
+
     Example: forkpoint serve --port 8765  then  OPENAI_BASE_URL=http://127.0.0.1:8765/v1
     """
     options = api.Options(
