@@ -12,7 +12,8 @@ or carries a NUL, a backslash or a drive is refused, as are modes beyond rwx (se
 a device's or a link's type bits). Restoring never follows a symlink: the directory is walked
 and written through directory descriptors opened with O_NOFOLLOW, and a symlink found where
 the snapshot has a file or a directory is removed (the link, not what it points to), as any
-other file the snapshot lacks.
+other file the snapshot lacks. A changed file is written anew and renamed over the old, so a
+hard link's other names (maybe outside) are never written through.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import secrets
 import stat
 from pathlib import Path, PureWindowsPath
 
@@ -109,22 +111,52 @@ def _write(root: int, relative: str, mode: int, data: bytes) -> None:
             if directory != root:
                 os.close(directory)
             directory = opened
-        file = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=directory)
-        try:
-            with os.fdopen(os.dup(file), "r+b") as handle:
-                if handle.read() != data:  # an unchanged file keeps its times
-                    handle.seek(0)
-                    handle.truncate()
-                    handle.write(data)
-            os.fchmod(file, mode)
-        finally:
-            os.close(file)
+        if not _kept(directory, name, mode, data):
+            _replace(directory, name, mode, data)
     except OSError as error:  # the directory changed under us (a link made since the check)
         reason = "a symlink is in the way" if error.errno == errno.ELOOP else error.strerror
         raise ValueError(f"workspace snapshot: cannot restore {relative!r}: {reason}") from error
     finally:
         if directory != root:
             os.close(directory)
+
+
+def _kept(directory: int, name: str, mode: int, data: bytes) -> bool:
+    """An unchanged file keeps its times: only its mode is set. Only a regular file with one
+    link is kept; a hard link's other names (maybe outside) are never written through."""
+    try:
+        file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory)
+    except FileNotFoundError:
+        return False
+    try:
+        found = os.fstat(file)
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1 or found.st_size != len(data):
+            return False
+        with os.fdopen(os.dup(file), "rb") as handle:
+            if handle.read() != data:
+                return False
+        os.fchmod(file, mode)
+        return True
+    finally:
+        os.close(file)
+
+
+def _replace(directory: int, name: str, mode: int, data: bytes) -> None:
+    """Write a new file beside `name` and rename it over: a fresh inode, never a link's."""
+    temporary = f".{name}.forkpoint-{secrets.token_hex(4)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    file = os.open(temporary, flags, 0o600, dir_fd=directory)
+    try:
+        with os.fdopen(os.dup(file), "wb") as handle:
+            handle.write(data)
+        os.fchmod(file, mode)
+    finally:
+        os.close(file)
+    try:
+        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except OSError:
+        os.unlink(temporary, dir_fd=directory)
+        raise
 
 
 def _parse(data: bytes) -> dict[str, tuple[int, bytes]]:

@@ -204,3 +204,20 @@ def test_fork_and_resume_with_a_workspace_refuse_a_planted_snapshot(tmp_path, ve
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2
     assert list(outside.iterdir()) == [] and not marker.exists()  # nor did the agent start
     assert sorted(p.name for p in root.iterdir()) == ["work.txt"]
+
+
+@pytest.mark.parametrize("same_content", [False, True])
+def test_a_file_hard_linked_outside_is_replaced_not_written_in_place(tmp_path, same_content):
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "bashrc").write_text("the user's")
+    os.chmod(outside / "bashrc", 0o600)
+    os.link(outside / "bashrc", root / "notes.txt")
+    data = b"the user's" if same_content else b"restored"
+    WorkspaceAdapter(root).restore_now(planted({"notes.txt": data}, modes={"notes.txt": 0o755}))
+    assert (outside / "bashrc").read_text() == "the user's"
+    assert stat.S_IMODE((outside / "bashrc").stat().st_mode) == 0o600  # nor its mode changed
+    assert (root / "notes.txt").read_bytes() == data
+    assert stat.S_IMODE((root / "notes.txt").stat().st_mode) == 0o755
+    assert (outside / "bashrc").stat().st_nlink == 1
