@@ -34,14 +34,19 @@ class HttpAdapter:
         self._session = session
 
     async def pull(self) -> State:
-        async with self._session.get(self.url) as response:
+        # A redirect is an error, not followed: the proxy fetches the URL it was given only.
+        async with self._session.get(self.url, allow_redirects=False) as response:
             data = await response.read()
-            if response.status >= 400:  # say what the agent said, not only its status
+            if response.status >= 300:  # say what the agent said, not only its status
                 raise AdapterError(f"{response.status} from {self.url}: {_reason(data)}")
             return State(response.headers.get("Content-Type", DEFAULT_CONTENT_TYPE), data)
 
     async def restore(self, state: State) -> None:
         async with self._session.put(
-            self.url, data=state.data, headers={"Content-Type": state.content_type}
-        ) as response:
-            response.raise_for_status()
+            self.url, data=state.data, headers={"Content-Type": state.content_type},
+            allow_redirects=False,
+        ) as response:  # fmt: skip
+            if response.status >= 300:
+                raise AdapterError(
+                    f"{response.status} from {self.url}: {_reason(await response.read())}"
+                )

@@ -7,7 +7,7 @@ step boundary, and takes it back when a fork or a resume starts the agent again.
     class Adapter(Protocol):
         name: str
         async def pull(self) -> State        # the state now; raise on failure
-        async def restore(self, state: State) -> None
+        async def restore(self, state: State) -> None  # ValueError: a state it refuses
 
 The proxy pulls when an LLM request arrives (the agent is waiting on it, so its state is
 consistent) or every N exchanges / T seconds. A pull that fails or times out is recorded as a

@@ -15,6 +15,7 @@ import signal
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from forkpoint.adapters.workspace import WorkspaceAdapter
 from forkpoint.api.env import agent_env
@@ -23,6 +24,7 @@ from forkpoint.api.results import RunResult
 from forkpoint.api.sync import run_sync
 from forkpoint.cassettes.open import open_store
 from forkpoint.cassettes.store import Store
+from forkpoint.doors.reach import TOKEN_PREFIX, token_for
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
 from forkpoint.engine.session import Session
@@ -179,11 +181,15 @@ async def _run(
     try:
         config, open_session = await asyncio.to_thread(start, store)
         the_run = run_id if isinstance(run_id, str) else run_id()
-        early = options.intercept is None and options.workspace is None
+        # Started before the proxy when nothing it needs comes from the proxy: the
+        # interceptor's address and CA, files put back, a token made up for a wider bind.
+        token, made = token_for(options.host, options.token)
+        early = options.intercept is None and options.workspace is None and not made
         listening = _listen(options.host, options.port)
         process = None
         if early:
-            process = await _spawn(cmd, _url(listening), the_run, options, offline=offline)
+            url = _url(listening, token)
+            process = await _spawn(cmd, url, the_run, options, offline=offline)
         try:
             from forkpoint.runtime.proxy import Proxy  # aiohttp and the runtime: the slow part
 
@@ -191,8 +197,9 @@ async def _run(
                 store, config, pace=options.pace, host=options.host, port=options.port,
                 read_timeout=options.read_timeout, max_body=options.max_body,
                 snapshot_policy=options.snapshots, intercept=options.intercept,
+                adapter_hosts=options.adapter_hosts, token=options.token,
             )  # fmt: skip
-            url = await proxy.start(listening)
+            await proxy.start(listening)
         except BaseException:
             if process is not None:
                 await _stop(process)
@@ -201,16 +208,17 @@ async def _run(
         # The run loads while the command starts: its requests wait for it, not the reverse.
         opening = asyncio.ensure_future(open_session(proxy))
         if process is None:
-            if options.workspace is not None:  # put the files back before the command reads them
-                await proxy.snapshots.attach(
-                    await opening, WorkspaceAdapter(options.workspace), moves_agent=False
-                )
-            extra: dict[str, str] = {}
-            if proxy.interceptor is not None:
-                extra = proxy.interceptor.env(the_run, options.env or os.environ)
             try:
+                if options.workspace is not None:  # the files back before the command reads them
+                    await proxy.snapshots.attach(
+                        await opening, WorkspaceAdapter(options.workspace), moves_agent=False
+                    )
+                extra: dict[str, str] = {}
+                if proxy.interceptor is not None:
+                    extra = proxy.interceptor.env(the_run, options.env or os.environ)
+                url = _url(listening, proxy.token)
                 process = await _spawn(cmd, url, the_run, options, offline=offline, extra=extra)
-            except ConfigError as error:
+            except BaseException as error:  # a refused snapshot, a command that cannot start
                 await _abandon(opening)
                 await proxy.stop(RunStatus.CRASHED, error=str(error))
                 raise
@@ -239,9 +247,11 @@ def _listen(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror}") from error
 
 
-def _url(listening: socket.socket) -> str:
+def _url(listening: socket.socket, token: str | None) -> str:
+    """The proxy's base URL for the command's clients, with the token they must carry."""
     host, port = listening.getsockname()[:2]
-    return f"http://{host}:{port}"
+    url = f"http://{host}:{port}"
+    return url if token is None else f"{url}{TOKEN_PREFIX}{quote(token, safe='')}"
 
 
 async def _spawn(

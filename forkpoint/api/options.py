@@ -60,6 +60,9 @@ class Options:
     project_config: also read these three from the project's forkpoint.toml or
         `[tool.forkpoint]` (`forkpoint.api.config`), before the ones given here.
     env: the command's environment [default: this process's].
+    adapter_hosts: hosts beside loopback whose adapter URLs the proxy may fetch.
+    token: what every request must carry (`forkpoint.doors.auth`); unset, a proxy bound
+        beyond loopback makes one up.
     """
 
     cassette: str | os.PathLike[str] | None = None
@@ -83,6 +86,8 @@ class Options:
     optional: Sequence[str] = ()
     project_config: bool = True
     env: Mapping[str, str] | None = None
+    adapter_hosts: Sequence[str] = ()
+    token: str | None = None
 
 
 def store_location(given: str | os.PathLike[str] | None = None) -> str:

@@ -29,6 +29,8 @@ class Serving:
     url: str
     intercept_url: str | None = None
     intercept_env: dict[str, str] | None = None
+    token: str | None = None  # what every request must carry (forkpoint.doors.auth)
+    token_made: bool = False  # made up by the proxy: the caller shows it
 
 
 async def aserve(
@@ -48,10 +50,12 @@ async def aserve(
             store, engine_config(options, live=live, recorded=recorded), host=options.host,
             port=options.port, pace=options.pace, read_timeout=options.read_timeout,
             max_body=options.max_body, snapshot_policy=options.snapshots,
-            intercept=options.intercept,
+            intercept=options.intercept, adapter_hosts=options.adapter_hosts,
+            token=options.token,
         )  # fmt: skip
-        if replay is not None:
-            await proxy.sessions.replay(replay, on_divergence=options.on_divergence)
+        if replay is not None:  # a replaying proxy serves that replay alone, whatever is named
+            session = await proxy.sessions.replay(replay, on_divergence=options.on_divergence)
+            proxy.sessions.serve_only(session, replay, *filter(None, [session.run.parent_id]))
         url = await proxy.start()
         if ready is not None:
             interceptor = proxy.interceptor
@@ -59,6 +63,8 @@ async def aserve(
                 url,
                 interceptor.url if interceptor else None,
                 interceptor.env("RUN") if interceptor else None,
+                proxy.token,
+                proxy.token_made,
             ))  # fmt: skip
         await (stop.wait() if stop is not None else until_stopped())
         await proxy.stop(RunStatus.FINISHED)

@@ -1,26 +1,39 @@
 """The proxy's own endpoints, under `/_forkpoint/`: where an agent's adapter registers.
 
-`POST /_forkpoint/adapters` `{"url": URL, "name": NAME}` registers an agent's `/state` URL for
-its run. For a fork or a resume the proxy first restores the agent's snapshot there (a
-`PUT`), then answers `{"run": ID, "restored_step": N}` (`null` when the agent starts fresh).
+`POST /r/RUN/_forkpoint/adapters` `{"url": URL, "name": NAME}` (or the `X-Forkpoint-Run`
+header for the run) registers an agent's `/state` URL for run RUN. For a fork or a resume the
+proxy first restores the agent's snapshot there (a `PUT`), then answers
+`{"run": ID, "restored_step": N}` (`null` when the agent starts fresh).
+
+The proxy fetches a registered URL at each step of its run and hands it the run's state on a
+fork, so it takes only an agent's own: a registration names its run, and the adapter is
+pulled for that run alone; its host is loopback (127.0.0.0/8, ::1, localhost) unless
+`--adapter-host` allows another; the name `workspace` is forkpoint's own (`--workspace`). No
+stranger's URL is fetched, and no redirect is followed (`forkpoint.adapters.http`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import aiohttp
 import orjson
 from aiohttp import web
+from yarl import URL
 
-from forkpoint.adapters.http import HttpAdapter
+from forkpoint.adapters.http import AdapterError, HttpAdapter
+from forkpoint.adapters.workspace import WorkspaceAdapter
 from forkpoint.doors.ports import Snapshots
+from forkpoint.doors.reach import is_loopback
 from forkpoint.engine.session import Session
 
 PREFIX = "/_forkpoint/"
 
 
 class Control:
-    def __init__(self, snapshots: Snapshots):
+    def __init__(self, snapshots: Snapshots, *, adapter_hosts: Iterable[str] = ()):
         self.snapshots = snapshots
+        self.adapter_hosts = frozenset(host.lower().strip("[]") for host in adapter_hosts)
         self._client: aiohttp.ClientSession | None = None
 
     def client(self) -> aiohttp.ClientSession:
@@ -29,9 +42,16 @@ class Control:
         return self._client
 
     async def handle(
-        self, request: web.Request, session: Session, route: str, body: bytes
+        self, request: web.Request, session: Session, route: str, body: bytes, *, named: bool
     ) -> web.Response:
+        """`named`: the request named its run (a `/r/RUN/` prefix or the run header)."""
         if route.rstrip("/") == PREFIX + "adapters" and request.method == "POST":
+            if not named:
+                return _error(
+                    400,
+                    "name the run the adapter is for: POST /r/RUN/_forkpoint/adapters "
+                    "(or send the X-Forkpoint-Run header)",
+                )
             return await self._register(session, body)
         return _error(404, f"forkpoint has no endpoint {request.method} {route}")
 
@@ -41,11 +61,32 @@ class Control:
             url, name = str(fields["url"]), str(fields.get("name", "agent"))
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return _error(400, 'register an adapter with {"url": "http://…/state", "name": …}')
+        if name == WorkspaceAdapter.name:
+            return _error(400, "the adapter name 'workspace' is forkpoint's own (--workspace)")
+        refused = self.refusal(url)
+        if refused is not None:
+            return _error(403, refused)
         try:
             step = await self.snapshots.attach(session, HttpAdapter(url, self.client(), name=name))
-        except aiohttp.ClientError as error:
+        except (aiohttp.ClientError, AdapterError) as error:
             return _error(502, f"forkpoint could not restore state at {url}: {error}")
         return web.json_response({"run": session.run.id, "restored_step": step})
+
+    def refusal(self, url: str) -> str | None:
+        """Why the proxy will not fetch `url` as an adapter, or None when it will."""
+        try:
+            parsed = URL(url)
+        except ValueError:
+            parsed = URL()
+        host = (parsed.host or "").lower()
+        if parsed.scheme not in ("http", "https") or not host:
+            return f"forkpoint fetches only an http(s) URL with a host as an adapter, not {url!r}"
+        if host in self.adapter_hosts or is_loopback(host):
+            return None
+        return (
+            f"forkpoint fetches adapters on loopback only, not at {host}: start it with "
+            f"--adapter-host {host} to allow that host"
+        )
 
     async def close(self) -> None:
         if self._client is not None:

@@ -19,12 +19,13 @@ import dataclasses
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import assert_never
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from forkpoint.doors.auth import tokens
 from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
 from forkpoint.doors.mocks import run_mock
@@ -91,18 +92,22 @@ class Gateway:
         pace: Pace = Pace(),
         max_body: int = DEFAULT_MAX_BODY,
         intercept_secret: str | None = None,
+        adapter_hosts: Iterable[str] = (),
+        token: str | None = None,
     ):
         self.sessions = sessions
         self.config = config
         self.sender = sender
         self.recorder = recorder
         self.snapshots = snapshots
-        self.control = Control(snapshots)
+        self.control = Control(snapshots, adapter_hosts=adapter_hosts)
         self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace, sessions=sessions)
         self.pace = pace
         self.max_body = max_body
         self._secret = intercept_secret
-        self.app = web.Application(client_max_size=max_body)
+        # the token (doors/auth.py) is checked and taken off before `handle` reads anything
+        middlewares = tokens(token, intercept_secret)
+        self.app = web.Application(client_max_size=max_body, middlewares=middlewares)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
         self.app.on_shutdown.append(self.sockets.close_all)  # open websockets end the stop
 
@@ -123,7 +128,9 @@ class Gateway:
             log.warning("%s", message)
             return _error(request.method, route, 503, message, "forkpoint_store")
         if route.startswith(CONTROL_PREFIX):
-            return await self.control.handle(request, session, route, body)
+            return await self.control.handle(
+                request, session, route, body, named=run_id is not None
+            )
         try:
             step = await self.sessions.allocate(session)
         except CassetteError as error:

@@ -27,10 +27,11 @@ import base64
 import binascii
 import logging
 from urllib.parse import urlsplit
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakSet
 
 from mitmproxy import connection, http, tcp, tls
 
+from forkpoint.doors.reach import same
 from forkpoint.engine.config import INTERCEPT_HEADER, ORIGIN_HEADER, RUN_HEADER
 
 log = logging.getLogger(__name__)
@@ -39,18 +40,26 @@ log = logging.getLogger(__name__)
 class Interceptor:
     """The addon: each HTTP flow is redirected to the gateway at `gateway` (host, port)."""
 
-    def __init__(self, gateway: tuple[str, int], secret: str):
+    def __init__(self, gateway: tuple[str, int], secret: str, token: str | None = None):
         self._gateway = gateway
         self._secret = secret
+        # With a token (forkpoint.doors.auth), a client gives it as its proxy password; a
+        # tunnel it opened with it is its own.
+        self._token = token
+        self._admitted: WeakSet[connection.Client] = WeakSet()
         # The run named by a CONNECT's proxy credentials holds for its whole tunnel.
         self._runs: WeakKeyDictionary[connection.Client, str] = WeakKeyDictionary()
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
+        if not self._admit(flow):
+            return
         run_id = proxy_user(flow.request.headers)
         if run_id is not None:
             self._runs[flow.client_conn] = run_id
 
     def request(self, flow: http.HTTPFlow) -> None:
+        if not self._admit(flow):
+            return
         request = flow.request
         headers = request.headers
         run_id = headers.get(RUN_HEADER) or proxy_user(headers) or self._runs.get(flow.client_conn)
@@ -65,6 +74,22 @@ class Interceptor:
         request.scheme, request.host, request.port = "http", *self._gateway
         if host_header is not None:  # the gateway drops it; it is kept for the record's sake
             headers["host"] = host_header
+
+    def _admit(self, flow: http.HTTPFlow) -> bool:
+        """Whether the flow's client gave the token (if one is needed); else it is answered
+        407 here, and goes nowhere."""
+        if self._token is None or flow.client_conn in self._admitted:
+            return True
+        if same(proxy_password(flow.request.headers) or "", self._token):
+            self._admitted.add(flow.client_conn)
+            return True
+        flow.response = http.Response.make(
+            407,
+            b"forkpoint: this proxy needs its token as the proxy password: "
+            b"HTTPS_PROXY=http://RUN:TOKEN@HOST:PORT\n",
+            {"Proxy-Authenticate": 'Basic realm="forkpoint"', "Content-Type": "text/plain"},
+        )
+        return False
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:
@@ -85,11 +110,20 @@ class Interceptor:
 
 def proxy_user(headers: http.Headers) -> str | None:
     """The user name of Basic proxy credentials (`HTTPS_PROXY=http://RUN@host:port`)."""
+    return _basic(headers)[0] or None
+
+
+def proxy_password(headers: http.Headers) -> str | None:
+    """The password of Basic proxy credentials (`HTTPS_PROXY=http://RUN:TOKEN@host:port`)."""
+    return _basic(headers)[1]
+
+
+def _basic(headers: http.Headers) -> tuple[str | None, str | None]:
     scheme, _, token = headers.get("proxy-authorization", "").partition(" ")
     if scheme.lower() != "basic":
-        return None
+        return None, None
     try:
-        user = base64.b64decode(token, validate=True).decode().partition(":")[0]
+        user, colon, password = base64.b64decode(token, validate=True).decode().partition(":")
     except (binascii.Error, UnicodeDecodeError):
-        return None
-    return user or None
+        return None, None
+    return user, (password if colon else None)

@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from mitmproxy.addons import core, next_layer, proxyserver, tlsconfig
 from mitmproxy.exceptions import OptionsError
@@ -39,10 +40,18 @@ class InterceptServer:
     """The interceptor of one `Proxy`. One per process: mitmproxy keeps its master and options
     in a module-level context."""
 
-    def __init__(self, options: InterceptOptions, *, gateway: tuple[str, int], secret: str):
+    def __init__(
+        self,
+        options: InterceptOptions,
+        *,
+        gateway: tuple[str, int],
+        secret: str,
+        token: str | None = None,
+    ):
         self.options = options
         self.confdir = options.confdir or config_dir()
-        self.addon = Interceptor(gateway, secret)
+        self.addon = Interceptor(gateway, secret, token)
+        self._token = token
         self._master: Master | None = None
         self._server: proxyserver.Proxyserver | None = None
         self.url = ""
@@ -75,8 +84,10 @@ class InterceptServer:
 
     def env(self, run_id: str, base: Mapping[str, str] = os.environ) -> dict[str, str]:
         """The variables that intercept a command's HTTP(S) traffic as run `run_id`."""
-        # `RUN:` with its empty password: requests drops a user name that has no password.
-        proxy_url = self.url.replace("http://", f"http://{run_id}:@", 1)
+        # `RUN:` with its empty password, or the proxy's token: requests drops a user name
+        # that has no password.
+        password = quote(self._token or "", safe="")
+        proxy_url = self.url.replace("http://", f"http://{run_id}:{password}@", 1)
         ca = ca_cert(self.confdir)
         return client_env(proxy_url, client_bundle(self.confdir), ca, base)
 

@@ -7,10 +7,11 @@ synchronous callers such as tests and the pytest plugin, with sync forms of open
 
 from __future__ import annotations
 
+import logging
 import secrets
 import socket
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
@@ -18,6 +19,7 @@ from aiohttp import web
 from forkpoint.cassettes.store import Store
 from forkpoint.doors.gateway import Gateway
 from forkpoint.doors.ports import Sender
+from forkpoint.doors.reach import is_loopback, token_for
 from forkpoint.engine.config import DEFAULT_MAX_BODY, EngineConfig
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.session import Session
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from forkpoint.runtime.intercept_server import InterceptServer
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class Proxy:
@@ -50,6 +53,8 @@ class Proxy:
         max_body: int = DEFAULT_MAX_BODY,
         snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
         intercept: InterceptOptions | None = None,
+        adapter_hosts: Iterable[str] = (),
+        token: str | None = None,
     ):
         self.store = store
         self.config = config
@@ -68,6 +73,11 @@ class Proxy:
         # The interceptor (mitmproxy, an optional extra) hands its requests to the gateway,
         # marked with this secret; no other request may name an origin to be sent to.
         secret = secrets.token_urlsafe(24) if intercept is not None else None
+        # Beyond loopback (either door) every request needs a token: the one given, else one
+        # made up here (`token_made`: the caller shows it), as `forkpoint.doors.auth` says.
+        hosts = (host, intercept.host) if intercept is not None else (host,)
+        self._exposed = [where for where in hosts if not is_loopback(where)]
+        self.token, self.token_made = token_for(next(iter(self._exposed), host), token)
         self.gateway = Gateway(
             sessions=self.sessions,
             config=config,
@@ -77,6 +87,8 @@ class Proxy:
             pace=pace,
             max_body=max_body,
             intercept_secret=secret,
+            adapter_hosts=adapter_hosts,
+            token=self.token,
         )
         self._intercept = intercept
         self._secret = secret
@@ -101,12 +113,17 @@ class Proxy:
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
+        for where in self._exposed:
+            log.warning(
+                "forkpoint: listening on %s, beyond loopback: every request needs the token",
+                where,
+            )
         if self._intercept is not None:
             from forkpoint.runtime.intercept_server import InterceptServer
 
             assert self._secret is not None
             self.interceptor = InterceptServer(
-                self._intercept, gateway=(host, port), secret=self._secret
+                self._intercept, gateway=(host, port), secret=self._secret, token=self.token
             )
             await self.interceptor.start()
         return self.url

@@ -42,6 +42,7 @@ class Sessions:
         self.default_id: str | None = None
         self._shared: set[str] = set()  # runs whose steps the store allocates
         self._allocator: ThreadPoolExecutor | None = None
+        self._alone: tuple[Session, frozenset[str]] | None = None  # see serve_only
 
     async def record(
         self,
@@ -170,9 +171,28 @@ class Sessions:
         opening = self._sessions.get(run_id)
         if opening is not None:
             return await opening
+        if self._alone is not None:
+            return self._only(run_id, *self._alone)
         if not _RUN_ID.match(run_id):
             raise ConfigError(f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-'")
         return await self._open(run_id, False, lambda: self._shared_run(run_id))
+
+    def serve_only(self, session: Session, *names: str) -> None:
+        """Serve `session` alone (`serve --replay`: offline for every run): a request naming
+        `names` (the replayed run's id, the reference it was given by) gets it; one naming any
+        other run is refused, never recorded nor sent live."""
+        self._alone = (session, frozenset(names))
+
+    @staticmethod
+    def _only(run_id: str, session: Session, names: frozenset[str]) -> Session:
+        if run_id in names:
+            return session
+        replayed = session.run.parent_id
+        raise ConfigError(
+            f"this proxy replays run {replayed} offline: it serves no other run "
+            f"(the request named {run_id!r}); drop the run from the request, or name {replayed}",
+            run_id=run_id,
+        )
 
     async def allocate(self, session: Session) -> int | None:
         """The step of a request that just arrived for `session`, taken from the store for a

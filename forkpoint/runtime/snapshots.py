@@ -15,6 +15,7 @@ from forkpoint.adapters.protocol import Adapter, State
 from forkpoint.engine.decide import restore
 from forkpoint.engine.session import Session
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
+from forkpoint.errors import CassetteError
 from forkpoint.models import Exchange, Snapshot
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ class Snapshotter:
         self, session: Session, adapter: Adapter, *, moves_agent: bool = True
     ) -> int | None:
         """Register `adapter` for the session's run; in a fork or a resume, first put back the
-        snapshot it has there (the engine says which). Returns the step restored from.
+        snapshot it has there (the engine says which). Returns the step restored from;
+        raises CassetteError, naming the snapshot, for a state the adapter refuses.
 
         `moves_agent` is False for state the agent does not hold itself (a workspace): it is
         restored, but the agent still goes on from wherever its own state says.
@@ -47,7 +49,14 @@ class Snapshotter:
             session, adapter.name, now=time.time(), moves_agent=moves_agent
         )
         if snapshot is not None:
-            await adapter.restore(State(snapshot.content_type, snapshot.data))
+            try:
+                await adapter.restore(State(snapshot.content_type, snapshot.data))
+            except ValueError as error:  # a state it refuses (one that leaves its workspace)
+                raise CassetteError(
+                    f"run {snapshot.run_id} step {snapshot.step}, {adapter.name}: {error}",
+                    run_id=snapshot.run_id,
+                    step=snapshot.step,
+                ) from error
         for exchange in replayed:  # what the snapshot stands for, recorded as replayed
             self._submit(exchange)
         self.register(session.run.id, adapter)
