@@ -27,7 +27,7 @@ from forkpoint.cassettes.store import Store
 from forkpoint.doors.reach import TOKEN_PREFIX, token_for
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
-from forkpoint.engine.session import Session
+from forkpoint.engine.session import Session, check_fork_step
 from forkpoint.errors import ConfigError
 from forkpoint.models import RunStatus, new_run_id
 
@@ -88,13 +88,7 @@ async def afork(
     def start(store: Store) -> tuple[EngineConfig, Opener]:
         parent = store.find_run(run)
         recorded = store.exchanges(parent.id, bodies=False)
-        if not 0 <= at <= len(recorded):
-            raise ConfigError(
-                f"cannot fork run {parent.id} at step {at}: it has {len(recorded)} steps "
-                f"(fork at 0 … {len(recorded)})",
-                run_id=parent.id,
-                step=at,
-            )
+        check_fork_step(parent.id, at, len(recorded))
         config = engine_config(options, live=True, recorded=recorded)
         return config, lambda proxy: proxy.sessions.fork(
             parent.id, at=at, change=change, on_divergence=options.on_divergence,

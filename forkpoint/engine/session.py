@@ -23,6 +23,7 @@ from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.engine.tiers import Asked, Servable, Similar
+from forkpoint.errors import ConfigError
 from forkpoint.models import Exchange, Mode, Origin, Run, Snapshot
 
 
@@ -195,6 +196,16 @@ class Session:
         written = self._append
         self._append += 1
         return written
+
+
+def check_fork_step(parent: str, at: int, steps: int) -> None:
+    """A fork of a run of `steps` steps may start at 0 (all live) to `steps` (all replayed)."""
+    if not 0 <= at <= steps:
+        raise ConfigError(
+            f"cannot fork run {parent} at step {at}: it has {steps} steps (fork at 0 … {steps})",
+            run_id=parent,
+            step=at,
+        )
 
 
 def _received(source: Sequence[Exchange]) -> list[Exchange]:

@@ -24,7 +24,7 @@ from forkpoint.cassettes.store import Store
 from forkpoint.doors.ports import Recorder
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
-from forkpoint.engine.session import Session
+from forkpoint.engine.session import Session, check_fork_step
 from forkpoint.errors import AlreadyRecorded, ConfigError, RunNotFound
 from forkpoint.models import Mode, Run, RunStatus, Snapshot, new_run_id
 
@@ -105,13 +105,7 @@ class Sessions:
         def load() -> Session:
             parent = self._store.find_run(parent_ref)
             source = self._store.exchanges(parent.id)
-            if not 0 <= at <= len(source):
-                raise ConfigError(
-                    f"cannot fork run {parent.id} at step {at}: it has {len(source)} steps "
-                    f"(fork at 0 … {len(source)})",
-                    run_id=parent.id,
-                    step=at,
-                )
+            check_fork_step(parent.id, at, len(source))
             run = Run(
                 id=run_id or new_run_id(),
                 name=name,
