@@ -12,6 +12,9 @@ ending in the cut or the failure it had when recorded, so a replay shows the age
 recording saw. A front door runs one loop for every action: take the next event (from the
 upstream, the plan or a mock), feed it to the tee, carry out the commands.
 
+"Before the end" means before the agent can have the whole answer: a body of known length
+holds back its last byte until the commit, an empty one its head.
+
     tee = Tee(record, started=now())
     for event in events:
         for command in tee.feed(event, now()):
@@ -137,6 +140,9 @@ class Tee:
         self._chunks: list[Chunk] = []
         self._streamed = False
         self._state = _State.WAITING
+        self._length: int | None = None  # the body's length, when the head says it
+        self._sent = 0
+        self._held: list[Command] = []  # what waits for the commit: a last byte, a head
 
     @property
     def done(self) -> bool:
@@ -151,11 +157,11 @@ class Tee:
                 return self._head(status, headers, streamed, at)
             case Body(data):
                 self._chunks.append(Chunk(at, data))
-                return [SendBody(data)] if data else []
+                return self._body(data)
             case End():
-                return [*self._finish(at), SendEnd()]
+                return [*self._finish(at), *self._held, SendEnd()]
             case Cut(reason):
-                return [*self._finish(at, error=reason), Drop()]
+                return [*self._finish(at, error=reason), *self._held, Drop()]
             case NoAnswer(reason):
                 return [*self._finish(at, error=reason), Drop()]
             case HangUp(reason):
@@ -173,8 +179,22 @@ class Tee:
         record.status, record.ttfb_ms = status, at
         record.response_headers = self._redaction.headers(passed)
         self._streamed = is_stream(headers) if streamed is None else streamed
+        self._length = _length(status, record.method, headers)
         # A recorded response keeps a masked credential's name: the agent never gets the mask.
-        return [SendHead(status, tuple([pair for pair in passed if pair[1] != REDACTED]))]
+        send = SendHead(status, tuple([pair for pair in passed if pair[1] != REDACTED]))
+        if self._length == 0:  # the head is the whole answer
+            self._held.append(send)
+            return []
+        return [send]
+
+    def _body(self, data: bytes) -> list[Command]:
+        if not data:
+            return []
+        self._sent += len(data)
+        if self._length is not None and self._sent >= self._length and not self._held:
+            self._held.append(SendBody(data[-1:]))
+            data = data[:-1]
+        return [SendBody(data)] if data else []
 
     def _finish(self, at: float, *, error: str | None = None) -> list[Command]:
         self._state = _State.DONE
@@ -192,6 +212,16 @@ class Tee:
 
     def _ms(self, now: float) -> float:
         return round((now - self._started) * 1000, 3)
+
+
+def _length(status: int, method: str, headers: Headers) -> int | None:
+    """How many body bytes the agent waits for, when that is known."""
+    if method == "HEAD" or status in (204, 304) or status < 200:
+        return 0
+    try:
+        return int(header(headers, "content-length") or "")
+    except ValueError:
+        return None
 
 
 def is_stream(headers: Headers) -> bool:

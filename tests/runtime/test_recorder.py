@@ -23,6 +23,7 @@ from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.engine.matching import MatchConfig, fingerprint
 from forkpoint.models import Exchange, Run, Snapshot
 from forkpoint.runtime.loop_thread import LoopThread
+from forkpoint.runtime.recording.journaled import Journaled
 from forkpoint.runtime.recording.process import (
     PROMOTE_AT,
     AdaptiveRecorder,
@@ -238,18 +239,20 @@ def test_a_burst_of_traffic_moves_writing_to_a_process_and_loses_nothing(store, 
 
 
 def test_a_cassette_file_gets_a_writer_process_anything_else_a_thread(store):
-    adaptive = recorder_for(store, MatchConfig())
-    assert isinstance(adaptive, AdaptiveRecorder)
-    asyncio.run(adaptive.stop())
+    journaled = recorder_for(store, MatchConfig())
+    assert isinstance(journaled, Journaled) and isinstance(journaled.inner, AdaptiveRecorder)
+    asyncio.run(journaled.stop())
 
     def in_main(method: str, route: str, body: Any) -> Any:
         return body
 
     in_main.__module__ = "__main__"  # as if defined in the agent's script: not importable
-    for thread in (
-        recorder_for(MemoryStore(), MatchConfig()),
+    memory = recorder_for(MemoryStore(), MatchConfig())
+    assert isinstance(memory, ThreadRecorder)  # nothing to journal for
+    asyncio.run(memory.stop())
+    for recorder in (
         recorder_for(store, MatchConfig(normalizers=(lambda method, route, body: body,))),
         recorder_for(store, MatchConfig(normalizers=(in_main,))),
     ):
-        assert isinstance(thread, ThreadRecorder)
-        asyncio.run(thread.stop())
+        assert isinstance(recorder, Journaled) and isinstance(recorder.inner, ThreadRecorder)
+        asyncio.run(recorder.stop())
