@@ -37,8 +37,10 @@ log = logging.getLogger(__name__)
 
 HEADER = struct.Struct("!Q")
 # A segment this big is closed and a new one begun, so a file is deleted once its items are
-# committed while the proxy goes on (bytes).
+# committed while the proxy goes on (bytes); one whose items are all committed already is
+# closed from QUIET_BYTES, so a journal stays small while the writer keeps up.
 SEGMENT_BYTES = 32 << 20
+QUIET_BYTES = 1 << 20
 
 
 def journal_dir(store: Store) -> Path | None:
@@ -114,9 +116,10 @@ class Journal:
             return Entry(item, payload, None)
         self._failed = False
         with self._mutex:
+            quiet = segment.pending == 0
             segment.pending += 1
         segment.size += HEADER.size + len(payload)
-        if segment.size >= SEGMENT_BYTES:
+        if segment.size >= SEGMENT_BYTES or (quiet and segment.size >= QUIET_BYTES):
             self._rotate()
         return Entry(item, payload, segment)
 
