@@ -116,7 +116,11 @@ class ThreadRecorder:
         pass
 
     async def stop(self) -> None:
-        await asyncio.to_thread(self.flush, None)
+        # Everything is committed, or held in the journal; waiting longer for a store that
+        # takes no writes would only keep Ctrl-C waiting.
+        while not await asyncio.to_thread(self.flush, 0.5):
+            if self._held and self._queue.empty():
+                break
         self._queue.put(_STOP)
         await asyncio.to_thread(self._thread.join)
 
@@ -126,6 +130,9 @@ class ThreadRecorder:
             if batch is None:
                 if self._held:
                     self._retry()  # one last try; what stays held stays in the journal
+                if self._kept:
+                    log.error("forkpoint: %d exchanges could not be written nor journaled: "
+                              "they are lost", len(self._kept))  # fmt: skip
                 return
             if self._held and time.monotonic() >= self._retry_at:
                 self._retry()
