@@ -70,7 +70,8 @@ class Segment:
 
 
 class Entry(NamedTuple):
-    """An item handed to a recorder: its pickle (None without a journal) and its segment."""
+    """An item handed to a recorder: its pickle, framed (None without a journal), and its
+    segment."""
 
     item: Item
     payload: bytes | None = None
@@ -105,9 +106,10 @@ class Journal:
         """Pickle `item` and append it; called on the event loop before the agent gets the
         last byte of its answer."""
         payload = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = HEADER.pack(len(payload)) + payload  # framed: what the writer process reads
         segment = self._current
         try:
-            _write_all(segment.fd, HEADER.pack(len(payload)) + payload)
+            _write_all(segment.fd, payload)
         except OSError as error:  # a full disk: the item is only in memory until committed
             if not self._failed:
                 log.error("forkpoint: cannot write the journal %s (%s): exchanges are held in "
@@ -118,7 +120,7 @@ class Journal:
         with self._mutex:
             quiet = segment.pending == 0
             segment.pending += 1
-        segment.size += HEADER.size + len(payload)
+        segment.size += len(payload)
         if segment.size >= SEGMENT_BYTES or (quiet and segment.size >= QUIET_BYTES):
             self._rotate()
         return Entry(item, payload, segment)

@@ -195,10 +195,10 @@ class ProcessRecorder:
             return
         self._progress.submitted += 1
         self._unacked.append(entry)
-        payload = entry.payload
-        if payload is None:
-            payload = pickle.dumps(entry.item, protocol=pickle.HIGHEST_PROTOCOL)
-        self._batch.append(frame(payload))
+        framed = entry.payload
+        if framed is None:
+            framed = frame(pickle.dumps(entry.item, protocol=pickle.HIGHEST_PROTOCOL))
+        self._batch.append(framed)
         if len(self._batch) == 1 and self._loop is not None:
             # At most one frame per LINGER: under load each carries many exchanges, and the
             # child commits each frame in one transaction. Otherwise the next loop pass sends.

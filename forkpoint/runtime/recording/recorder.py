@@ -101,7 +101,14 @@ class ThreadRecorder:
 
     def put(self, entry: Entry) -> None:
         self._progress.submitted += 1
-        self._queue.put(entry)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._queue.put(entry)
+            return
+        # Once the agent's last bytes are out: woken now, the writer would take the GIL from
+        # the send (the entry is in the journal already).
+        loop.call_soon(self._queue.put, entry)
 
     def take_over(self, entries: Iterable[Entry]) -> None:
         """Write entries another recorder sharing this one's `Progress` took and did not
