@@ -18,12 +18,14 @@ from forkpoint.cassettes.transfer import dump_run, load_file
 from forkpoint.compare.diff import RunDiff, diff_stored
 from forkpoint.compare.experiment_results import Experiment, load_experiment
 from forkpoint.errors import CassetteError
+from forkpoint.runtime.recording.journaled import held_exchanges
 
 __all__ = [
     "diff",
     "experiment_list",
     "experiment_results",
     "export_run",
+    "held",
     "import_run",
     "runs",
     "show",
@@ -53,6 +55,15 @@ def runs(
             RunRecord(run, store.exchanges(run.id, bodies=False, damaged=damaged))
             for run in store.list_runs(newest=newest, damaged=damaged)
         ]
+
+
+def held(options: Options = Options()) -> tuple[dict[str, int], Path | None]:
+    """Per run, the exchanges a journal holds that the cassette lacks (held while it took no
+    writes, or left by a killed proxy until the next one merges them), and where the journals
+    are."""
+    with opened(options) as store:
+        counts, directory = held_exchanges(store)
+    return dict(counts), directory
 
 
 def show(

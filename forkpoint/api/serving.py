@@ -10,13 +10,14 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from forkpoint.api.options import Options, engine_config, store_location
+from forkpoint.api.options import Options, engine_config, match_config, store_location
 from forkpoint.api.sync import run_sync
 from forkpoint.cassettes.open import open_store
 from forkpoint.engine.config import OnDivergence
 from forkpoint.models import RunStatus
 from forkpoint.runtime.loop_thread import until_stopped
 from forkpoint.runtime.proxy import Proxy
+from forkpoint.runtime.recording.journaled import merge_orphans
 
 __all__ = ["Serving", "aserve", "serve"]
 
@@ -44,6 +45,8 @@ async def aserve(
     `replay`; `ready` is told where, once listening."""
     store = open_store(store_location(options.cassette))
     try:
+        # what a killed proxy left in its journal, before the run to replay is read
+        await asyncio.to_thread(merge_orphans, store, match_config(options))
         live = replay is None or options.on_divergence is not OnDivergence.FAIL
         recorded = store.exchanges(store.find_run(replay).id, bodies=False) if replay else []
         proxy = Proxy(

@@ -34,10 +34,15 @@ def runs(cassette: str | None, as_json: bool, last: int, every: bool) -> None:
     newest = None if every else last
     options = api.Options(cassette=cassette)
     found = [(r.run, r.exchanges) for r in api.runs(options, newest=newest, damaged=damaged)]
+    held, journals = api.held(options)
     if newest is not None and len(found) == newest:
         click.echo(f"forkpoint: the newest {newest} runs (older ones: --last N, --all)", err=True)
+    for run_id in held.keys() - {run.id for run, _ in found}:
+        click.echo(f"forkpoint: run {run_id} has {held[run_id]} exchanges held in the journal "
+                   f"{journals}, not in the cassette yet", err=True)  # fmt: skip
     if as_json:
-        click.echo(orjson.dumps([_run_json(r, e) for r, e in found], option=orjson.OPT_INDENT_2))
+        documents = [{**_run_json(r, e), "held": held.get(r.id, 0)} for r, e in found]
+        click.echo(orjson.dumps(documents, option=orjson.OPT_INDENT_2))
         return _exit_if(damaged)
     click.echo(
         f"{'id':30}  {'status':9}  {'steps':>5}  {'tokens':>7}  {'cost':>10}  {'mode':6}  "
@@ -49,6 +54,7 @@ def runs(cassette: str | None, as_json: bool, last: int, every: bool) -> None:
         click.echo(
             f"{indent + run.id:30}  {run.status:9}  {len(exchanges):>5}  {totals.tokens:>7}  "
             f"{usd(totals.cost_usd):>10}  {run.mode:6}  {run.name or ''}{describe_branch(run)}"
+            + (f"  [{held[run.id]} held in journal {journals}]" if run.id in held else "")
         )
     _exit_if(damaged)
 

@@ -12,6 +12,10 @@ ending in the cut or the failure it had when recorded, so a replay shows the age
 recording saw. A front door runs one loop for every action: take the next event (from the
 upstream, the plan or a mock), feed it to the tee, carry out the commands.
 
+"Before the end" means before the agent can have the whole answer: a body whose length the
+head gives is committed as its last chunk arrives, before it is sent (an empty one before its
+head); a chunked body before its terminating chunk.
+
     tee = Tee(record, started=now())
     for event in events:
         for command in tee.feed(event, now()):
@@ -137,6 +141,9 @@ class Tee:
         self._chunks: list[Chunk] = []
         self._streamed = False
         self._state = _State.WAITING
+        self._length: int | None = None  # the body's length, when the head says it
+        self._sent = 0
+        self._committed = False
 
     @property
     def done(self) -> bool:
@@ -151,15 +158,13 @@ class Tee:
                 return self._head(status, headers, streamed, at)
             case Body(data):
                 self._chunks.append(Chunk(at, data))
-                return [SendBody(data)] if data else []
+                return self._body(data, at)
             case End():
-                return [*self._finish(at), SendEnd()]
-            case Cut(reason):
-                return [*self._finish(at, error=reason), Drop()]
-            case NoAnswer(reason):
-                return [*self._finish(at, error=reason), Drop()]
+                return [*self._end(at), SendEnd()]
+            case Cut(reason) | NoAnswer(reason):
+                return [*self._end(at, error=reason), Drop()]
             case HangUp(reason):
-                return self._finish(at, error=f"client disconnected: {reason}")
+                return self._end(at, error=f"client disconnected: {reason}")
         raise AssertionError(f"not an event: {event!r}")
 
     def _head(
@@ -173,11 +178,31 @@ class Tee:
         record.status, record.ttfb_ms = status, at
         record.response_headers = self._redaction.headers(passed)
         self._streamed = is_stream(headers) if streamed is None else streamed
+        self._length = _length(status, record.method, headers)
         # A recorded response keeps a masked credential's name: the agent never gets the mask.
-        return [SendHead(status, tuple([pair for pair in passed if pair[1] != REDACTED]))]
+        send = SendHead(status, tuple([pair for pair in passed if pair[1] != REDACTED]))
+        if self._length == 0:  # the head is the whole answer
+            return [*self._commit(at), send]
+        return [send]
 
-    def _finish(self, at: float, *, error: str | None = None) -> list[Command]:
+    def _body(self, data: bytes, at: float) -> list[Command]:
+        if not data:
+            return []
+        self._sent += len(data)
+        if self._length is not None and self._sent >= self._length:  # the last of it
+            return [*self._commit(at), SendBody(data)]
+        return [SendBody(data)]
+
+    def _end(self, at: float, *, error: str | None = None) -> list[Command]:
         self._state = _State.DONE
+        return self._commit(at, error=error)
+
+    def _commit(self, at: float, *, error: str | None = None) -> list[Command]:
+        """The exchange as the agent has it, committed once: at the end of the response, or
+        as its last byte (of a length the head gave) goes out."""
+        if self._committed:
+            return []
+        self._committed = True
         record = self.record
         record.duration_ms = at
         body = b"".join([chunk.data for chunk in self._chunks])
@@ -192,6 +217,16 @@ class Tee:
 
     def _ms(self, now: float) -> float:
         return round((now - self._started) * 1000, 3)
+
+
+def _length(status: int, method: str, headers: Headers) -> int | None:
+    """How many body bytes the agent waits for, when that is known."""
+    if method == "HEAD" or status in (204, 304) or status < 200:
+        return 0
+    try:
+        return int(header(headers, "content-length") or "")
+    except ValueError:
+        return None
 
 
 def is_stream(headers: Headers) -> bool:

@@ -109,19 +109,34 @@ def fingerprint(
 ) -> str:
     """What a request is matched by, whatever its body's Content-Encoding: its method, route
     and normalized body, secrets masked (`masked`: they are already, as decide records it)."""
-    digest = hashlib.sha256(f"{method.upper()} {normalized_route(route)}\n".encode())
     if not masked:
         body = config.redaction.body(body, headers)
     encoding = header(headers, "content-encoding")
     value = body_value(body, encoding, header(headers, "content-type"))
     if value is None and config.normalizers:  # a text body is normalized as text
         value = _text(body, encoding)
-    if value is None:
-        digest.update(b"raw:" + body)
-    else:
-        value = normalized_body(method, route, value, config)
-        digest.update(b"json:" + orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+    canonical = None if value is None else _canonical(normalized_body(method, route, value, config))
+    if canonical is None:  # not JSON, or JSON nested too deep to write back: its bytes
+        return raw_fingerprint(method, route, body)
+    digest = hashlib.sha256(f"{method.upper()} {normalized_route(route)}\n".encode())
+    digest.update(b"json:" + canonical)
     return digest.hexdigest()
+
+
+def raw_fingerprint(method: str, route: str, body: bytes) -> str:
+    """The fingerprint of a request matched by its bytes as they are."""
+    digest = hashlib.sha256(f"{method.upper()} {normalized_route(route)}\n".encode())
+    digest.update(b"raw:" + body)
+    return digest.hexdigest()
+
+
+def _canonical(value: Any) -> bytes | None:
+    """`value` as JSON with its keys sorted; None when it nests deeper than orjson writes
+    (it reads 1,024 levels, writes 254)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, RecursionError):
+        return None
 
 
 def fingerprint_exchange(exchange: Exchange, config: MatchConfig) -> str:

@@ -16,6 +16,7 @@ when it opens, and each request takes its step from the store as it arrives
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,8 +26,10 @@ from forkpoint.doors.ports import Recorder
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
 from forkpoint.engine.session import Session, check_fork_step
-from forkpoint.errors import AlreadyRecorded, ConfigError, RunNotFound
+from forkpoint.errors import AlreadyRecorded, ConfigError, ForkpointError, RunNotFound
 from forkpoint.models import Mode, Run, RunStatus, Snapshot, new_run_id
+
+log = logging.getLogger(__name__)
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
@@ -215,9 +218,12 @@ class Sessions:
 
         def write() -> None:
             for session in sessions:
-                self._store.finish_run(
-                    session.run.id, session.run.status, error=error, fork_step=session.run.fork_step
-                )
+                try:
+                    self._store.finish_run(session.run.id, session.run.status, error=error,
+                                           fork_step=session.run.fork_step)  # fmt: skip
+                except ForkpointError as failed:  # a store taking no writes: Ctrl-C still ends
+                    log.error("forkpoint: run %s could not be closed as %s (%s); it stays "
+                              "running", session.run.id, session.run.status, failed)  # fmt: skip
 
         await asyncio.to_thread(write)
         if self._allocator is not None:

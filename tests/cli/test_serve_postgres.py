@@ -133,11 +133,6 @@ def test_a_run_recorded_through_one_proxy_replays_forks_and_resumes_through_anot
     store.close()
 
 
-@pytest.mark.xfail(
-    reason="an exchange handed to the recorder is held in memory until committed: kill -9 "
-    "loses the last few until the recorder's journal lands (issue 14.1, durability branch)",
-    strict=False,
-)
 def test_a_replica_killed_under_load_loses_nothing_its_clients_received(upstream, postgres_url):
     (doomed, doomed_url), (kept, kept_url) = (start_serve(postgres_url, upstream.url)
                                               for _ in range(2))  # fmt: skip

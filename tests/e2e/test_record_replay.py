@@ -253,8 +253,9 @@ def test_secrets_never_reach_the_cassette_file(start_upstream, start_proxy, stor
     anthropic_agent(recording.proxy.url)
     recording.close()
     assert upstream.requests[0].headers["Authorization"] == "Bearer sk-test-secret"
-    raw = b"".join(
-        p.read_bytes() for p in cassette.parent.iterdir() if p.name.startswith(cassette.name)
+    kept = [p for p in cassette.parent.iterdir() if p.name.startswith(cassette.name)]
+    raw = b"".join(  # the file, its WAL, and its journals (a folder) while they last
+        f.read_bytes() for p in kept for f in ([p] if p.is_file() else p.iterdir())
     )
     assert b"sk-test-secret" not in raw and b"sk-ant-secret" not in raw
 

@@ -118,6 +118,31 @@ def test_a_resume_serving_its_own_steps_commits_nothing():
     ]  # fmt: skip
 
 
+def test_a_body_of_known_length_is_committed_before_its_last_chunk_goes_out():
+    """The agent has a Content-Length answer with its last byte, not with the end of the
+    response: the commit comes before that byte (issue 14.1)."""
+    tee = Tee(request_record(), started=0.0)
+    headers = (("content-type", "application/json"), ("content-length", "5"))
+    commands = play(tee, (0.0, Head(200, headers)), (0.1, Body(b"ab")), (0.2, Body(b"cde")),
+                    (0.3, End()))  # fmt: skip
+    assert commands == [SendHead(200, headers), SendBody(b"ab"), Commit(tee.record),
+                        SendBody(b"cde"), SendEnd()]  # fmt: skip
+    assert tee.record.response_body == b"abcde" and tee.record.complete
+    assert play(tee, (0.4, Cut("after the whole body"))) == []  # it has it all
+
+
+@pytest.mark.parametrize(("status", "method"), [(200, "POST"), (204, "DELETE"), (200, "HEAD")])
+def test_an_answer_with_no_body_is_committed_before_its_head_goes_out(status, method):
+    record = request_record()
+    record.method = method
+    tee = Tee(record, started=0.0)
+    headers = (("content-length", "0" if method != "HEAD" else "12"),)
+    assert play(tee, (0.0, Head(status, headers)), (0.1, End())) == [
+        Commit(tee.record), SendHead(status, headers), SendEnd(),
+    ]  # fmt: skip
+    assert tee.record.complete
+
+
 def test_events_after_the_end_are_ignored_and_a_second_head_is_a_bug():
     tee = Tee(request_record(), started=0.0)
     play(tee, (0.0, Head(200, JSON)), (0.0, End()))

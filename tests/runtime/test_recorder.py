@@ -23,6 +23,7 @@ from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.engine.matching import MatchConfig, fingerprint
 from forkpoint.models import Exchange, Run, Snapshot
 from forkpoint.runtime.loop_thread import LoopThread
+from forkpoint.runtime.recording.journaled import Journaled, held_exchanges
 from forkpoint.runtime.recording.process import (
     PROMOTE_AT,
     AdaptiveRecorder,
@@ -238,18 +239,67 @@ def test_a_burst_of_traffic_moves_writing_to_a_process_and_loses_nothing(store, 
 
 
 def test_a_cassette_file_gets_a_writer_process_anything_else_a_thread(store):
-    adaptive = recorder_for(store, MatchConfig())
-    assert isinstance(adaptive, AdaptiveRecorder)
-    asyncio.run(adaptive.stop())
+    journaled = recorder_for(store, MatchConfig())
+    assert isinstance(journaled, Journaled) and isinstance(journaled.inner, AdaptiveRecorder)
+    asyncio.run(journaled.stop())
 
     def in_main(method: str, route: str, body: Any) -> Any:
         return body
 
     in_main.__module__ = "__main__"  # as if defined in the agent's script: not importable
-    for thread in (
-        recorder_for(MemoryStore(), MatchConfig()),
+    memory = recorder_for(MemoryStore(), MatchConfig())
+    assert isinstance(memory, ThreadRecorder)  # nothing to journal for
+    asyncio.run(memory.stop())
+    for recorder in (
         recorder_for(store, MatchConfig(normalizers=(lambda method, route, body: body,))),
         recorder_for(store, MatchConfig(normalizers=(in_main,))),
     ):
-        assert isinstance(thread, ThreadRecorder)
-        asyncio.run(thread.stop())
+        assert isinstance(recorder, Journaled) and isinstance(recorder.inner, ThreadRecorder)
+        asyncio.run(recorder.stop())
+
+
+def test_an_exchange_too_deep_to_read_is_recorded_as_its_bytes_and_the_writer_goes_on(
+    store, start, caplog
+):
+    """orjson reads 1,024 levels of JSON and writes 254: such a body used to kill the writer
+    (and its fallback), and nothing was recorded after it (issue 14.2)."""
+    store.create_run(Run("r1"))
+    running = start(store)
+    deep = exchange("r1", 0)
+    deep.request_body = b'{"model": "gpt-4o", "x": ' + b"[" * 600 + b"]" * 600 + b"}"
+    with caplog.at_level(logging.WARNING):
+        running.submit(deep, *(exchange("r1", step) for step in range(1, 4)))
+        assert running.flush(10)
+        running.submit(exchange("r1", 4))
+        assert running.flush(10)
+    loaded = store.exchanges("r1")
+    assert [e.step for e in loaded] == [0, 1, 2, 3, 4]
+    assert loaded[0].request_body == deep.request_body
+    raw = fingerprint("POST", "/v1/chat/completions", deep.request_body, (), MatchConfig())
+    assert loaded[0].fingerprint == raw  # matched by its bytes, on replay as on record
+
+
+def test_a_journaled_recorder_holds_what_a_locked_store_refuses_and_writes_it_later(
+    cassette, run, caplog
+):
+    store = SqliteStore(cassette, busy_timeout_ms=50)
+    store.create_run(Run("r1"))
+    locker = sqlite3.connect(cassette)
+    locker.execute("BEGIN EXCLUSIVE")
+    running = run(recorder_for(store, MatchConfig()))
+    with caplog.at_level(logging.WARNING):
+        running.submit(*(exchange("r1", step) for step in range(30)))
+        assert running.flush(10)  # held: in the journal, not in memory
+        assert held_exchanges(store)[0] == {"r1": 30}
+        locker.rollback()
+        locker.close()
+        deadline = time.monotonic() + 20
+        while "takes writes again" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)  # the retry's backoff
+    assert [e.step for e in store.exchanges("r1")] == list(range(30))
+    assert caplog.text.count("takes no writes") == 1
+    assert caplog.text.count("takes writes again") == 1
+    running.stop()
+    assert held_exchanges(store)[0] == {}
+    assert not list(Path(f"{cassette}.journals").glob("*.journal"))
+    store.close()

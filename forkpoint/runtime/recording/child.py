@@ -1,10 +1,12 @@
-"""The writer process: reads pickled batches on stdin, commits them, acknowledges on stdout.
+"""The writer process: reads pickled items on stdin, commits them, acknowledges on stdout.
 
-Started by `recorder_process.ProcessRecorder`. Frames are an 8-byte big-endian length and a
-pickle; the first holds the cassette's path, the parent's `sys.path` and the match settings,
-each later one a list of exchanges and snapshots. After committing a batch (one or more
-frames) the child writes its item count as 8 bytes. At end of input (the proxy closed it, or
-died) it commits what it has read and exits, so nothing the proxy handed over is lost with it.
+Started by `process.ProcessRecorder`. Frames are an 8-byte big-endian length and a pickle
+(the journal's own frames); the first holds the cassette's path, the parent's `sys.path` and
+the match settings, each later one a run, an exchange or a snapshot. After committing a batch
+(one or more frames) the child writes its item count as 8 bytes. At end of input (the proxy
+closed it, or died) it commits what it has read and exits, so nothing the proxy handed over is
+lost with it. When the store takes no writes it exits with status HELD, and the proxy writes
+(and holds) from its own process.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ HEADER = struct.Struct("!Q")
 COMMIT_EVERY = 0.02
 MAX_BATCH = 256
 NICENESS = 10
+HELD = 75  # EX_TEMPFAIL: the store takes no writes now
 
 
 def frame(payload: bytes) -> bytes:
@@ -90,7 +93,7 @@ def main() -> None:
     sys.path[:] = parent_path
 
     from forkpoint.cassettes.sqlite.store import SqliteStore
-    from forkpoint.runtime.recording.writer import CassetteWriter
+    from forkpoint.runtime.recording.writer import CassetteWriter, Unavailable
 
     try:
         store = SqliteStore(path, create=False)
@@ -101,12 +104,18 @@ def main() -> None:
     committed = float("-inf")  # when the last commit ended
     try:
         while (payload := frames.next()) is not None:
-            batch = pickle.loads(payload)
+            batch = [pickle.loads(payload)]
             # Idle, this commits at once; under load, once per COMMIT_EVERY, in one transaction.
             deadline = committed + COMMIT_EVERY
             while len(batch) < MAX_BATCH and (more := frames.before(deadline)) is not None:
-                batch += pickle.loads(more)
-            writer.write(batch)
+                batch.append(pickle.loads(more))
+            try:
+                writer.write(batch)
+            except Unavailable as error:
+                logging.getLogger(__name__).warning(
+                    "forkpoint: the cassette takes no writes (%s); the proxy holds them", error
+                )
+                sys.exit(HELD)
             committed = time.monotonic()
             if acks is not None:
                 try:

@@ -2,11 +2,12 @@
 
 Writing an exchange (summarizing, fingerprinting, hashing, compressing, committing) costs about
 as much CPU as proxying it, and a writer thread also takes the GIL from the event loop: with
-one, a proxy under load served a quarter fewer requests. `ProcessRecorder` has the event loop
-pickle what completed (at most one frame per LINGER) to a child (`recorder_child`) that commits
-and acknowledges. Items stay in memory until acknowledged: if the child dies, a writer thread
-in this process commits them and every later one, so nothing handed over is lost.
-`AdaptiveRecorder`, what a proxy on a cassette file uses, starts one only under load.
+one, a proxy under load served a quarter fewer requests. `ProcessRecorder` sends the child
+(`child`) each item's pickle, the bytes the journal already holds (at most one write per
+LINGER); the child commits and acknowledges. Items stay in memory until acknowledged: if the
+child dies, or finds the store taking no writes, a writer thread in this process commits them
+and every later one, so nothing handed over is lost. `AdaptiveRecorder`, what a proxy on a
+cassette file uses, starts one only under load.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from pathlib import Path
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.matching import MatchConfig
-from forkpoint.runtime.recording.child import HEADER, frame
+from forkpoint.runtime.recording.child import HEADER, HELD, frame
+from forkpoint.runtime.recording.journal import Entry, Journal, journal_dir
+from forkpoint.runtime.recording.journaled import Journaled
 from forkpoint.runtime.recording.recorder import LINGER, Progress, Recorder, ThreadRecorder
 from forkpoint.runtime.recording.writer import Item
 
@@ -43,10 +46,24 @@ _CHILD = (
 def recorder_for(store: Store, match: MatchConfig) -> Recorder:
     """For a cassette file, a recorder that moves to a writer process under load; a thread for
     anything else, or when the match settings cannot reach another process (a lambda among
-    the normalizers)."""
+    the normalizers). Both journal what they are given where a later process finds it; a
+    store in memory needs no journal."""
+    directory = journal_dir(store)
+    journal = None
+    if directory is not None:
+        try:
+            journal = Journal(directory)
+        except OSError as error:
+            log.error("forkpoint: cannot keep a journal in %s (%s): exchanges are held in "
+                      "memory until committed", directory, error)  # fmt: skip
+    inner: AdaptiveRecorder | ThreadRecorder
     if isinstance(store, SqliteStore) and _portable(match):
-        return AdaptiveRecorder(store, match)
-    return ThreadRecorder(store, match=match)
+        inner = AdaptiveRecorder(store, match, journal=journal)
+    else:
+        inner = ThreadRecorder(store, match=match, journal=journal)
+    if journal is None:
+        return inner
+    return Journaled(inner, journal, store, match)
 
 
 def _portable(match: MatchConfig) -> bool:
@@ -69,20 +86,29 @@ class AdaptiveRecorder:
     A gateway under load gets the process, and the thread finishes what it already took.
     """
 
-    def __init__(self, store: SqliteStore, match: MatchConfig = MatchConfig()):
+    def __init__(
+        self, store: SqliteStore, match: MatchConfig = MatchConfig(), *,
+        journal: Journal | None = None,
+    ):  # fmt: skip
         self._store = store
         self._match = match
+        self._journal = journal
         self._progress = Progress()
-        self._thread = ThreadRecorder(store, match=match, progress=self._progress)
+        self._thread = ThreadRecorder(
+            store, match=match, progress=self._progress, journal=journal
+        )
         self.process: ProcessRecorder | None = None  # once promoted
         self._starting: asyncio.Task[None] | None = None
         self._window = (0.0, 0)  # when the current count began, and the count
 
     def submit(self, item: Item) -> None:
+        self.put(Entry(item))
+
+    def put(self, entry: Entry) -> None:
         if self.process is not None:
-            self.process.submit(item)
+            self.process.put(entry)
             return
-        self._thread.submit(item)
+        self._thread.put(entry)
         began, count = self._window
         count += 1
         if count >= PROMOTE_AT:
@@ -106,7 +132,9 @@ class AdaptiveRecorder:
         await self._thread.stop()
 
     def _promote(self) -> None:
-        self.process = ProcessRecorder(self._store, self._match, progress=self._progress)
+        self.process = ProcessRecorder(
+            self._store, self._match, progress=self._progress, journal=self._journal
+        )
         self._starting = asyncio.get_running_loop().create_task(self.process.start())
 
 
@@ -119,13 +147,15 @@ class ProcessRecorder:
         match: MatchConfig = MatchConfig(),
         *,
         progress: Progress | None = None,
+        journal: Journal | None = None,
     ):
         self._store = store
         self._match = match
+        self._journal = journal
         self._setup = pickle.dumps((str(store.path), sys.path, pickle.dumps(match)))
         self._progress = progress or Progress()
-        self._unacked: deque[Item] = deque()  # handed to the child, not yet committed
-        self._batch: list[Item] = []  # not sent yet
+        self._unacked: deque[Entry] = deque()  # handed to the child, not yet committed
+        self._batch: list[bytes] = []  # frames not sent yet
         self._loop: asyncio.AbstractEventLoop | None = None
         self._child: _Child | None = None
         self._fallback: ThreadRecorder | None = None
@@ -139,11 +169,14 @@ class ProcessRecorder:
                 lambda: _Child(self._acknowledged, self._exited),
                 sys.executable, "-c", _CHILD,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,
+                # the journal's lock: a child left writing after the proxy died keeps it, so no
+                # other process merges the journal under it
+                pass_fds=() if self._journal is None else (self._journal.lock_fd,),
             )  # fmt: skip
         except OSError as error:
             self._fall_back(f"could not start ({error})")
             return
-        self._child.send(self._setup)
+        self._child.send(frame(self._setup))
         self._send_batch()
 
     @property
@@ -154,12 +187,18 @@ class ProcessRecorder:
         return self._child.pid
 
     def submit(self, item: Item) -> None:
+        self.put(Entry(item))
+
+    def put(self, entry: Entry) -> None:
         if self._fallback is not None:
-            self._fallback.submit(item)
+            self._fallback.put(entry)
             return
         self._progress.submitted += 1
-        self._unacked.append(item)
-        self._batch.append(item)
+        self._unacked.append(entry)
+        framed = entry.payload
+        if framed is None:
+            framed = frame(pickle.dumps(entry.item, protocol=pickle.HIGHEST_PROTOCOL))
+        self._batch.append(framed)
         if len(self._batch) == 1 and self._loop is not None:
             # At most one frame per LINGER: under load each carries many exchanges, and the
             # child commits each frame in one transaction. Otherwise the next loop pass sends.
@@ -182,20 +221,26 @@ class ProcessRecorder:
         batch, self._batch = self._batch, []
         if batch and self._fallback is None:
             self._sent_at = self._loop.time() if self._loop else 0.0
-            self._child.send(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+            self._child.send(b"".join(batch))
 
     def _acknowledged(self, count: int) -> None:
         for _ in range(count):
-            self._unacked.popleft()
+            entry = self._unacked.popleft()
+            if self._journal is not None:
+                self._journal.done(entry.segment)
         self._progress.written(count)
 
     def _exited(self, status: int | None) -> None:
-        if self._unacked or not self._stopping:
+        if status == HELD:
+            self._fall_back("finds the cassette taking no writes")
+        elif self._unacked or not self._stopping:
             self._fall_back(f"exited with status {status}")
 
     def _fall_back(self, why: str) -> None:
         log.warning("forkpoint: the cassette writer process %s; writing from this process", why)
-        self._fallback = ThreadRecorder(self._store, match=self._match, progress=self._progress)
+        self._fallback = ThreadRecorder(
+            self._store, match=self._match, progress=self._progress, journal=self._journal
+        )
         self._batch.clear()  # every item in it is in _unacked too
         self._fallback.take_over(self._unacked)
         self._unacked.clear()
@@ -224,11 +269,11 @@ class _Child(asyncio.SubprocessProtocol):
         assert isinstance(stdin, asyncio.WriteTransport)
         self._stdin = stdin
 
-    def send(self, payload: bytes) -> None:
+    def send(self, data: bytes) -> None:
         # Never blocks: the transport buffers what the pipe cannot take yet. A dead child's
         # pipe drops it; `connection_lost` reports the death and the fallback writes it all.
         assert self._stdin is not None
-        self._stdin.write(frame(payload))
+        self._stdin.write(data)
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         self._acks += data

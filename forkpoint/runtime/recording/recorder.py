@@ -1,13 +1,15 @@
 """Recorders take completed exchanges and snapshots from the event loop and commit them off it.
 
 The event loop only hands items over; a `CassetteWriter` does the work elsewhere. Here is the
-contract and the in-process recorder (a thread); `recorder_process` has the ones that write
-from a child process, which a proxy recording into an SQLite file moves to under load.
+contract and the in-process recorder (a thread); `process` has the ones that write from a
+child process, which a proxy recording into an SQLite file moves to under load, and
+`journaled` the recorder that journals each item before handing it over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -16,11 +18,16 @@ from typing import Protocol
 
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.matching import MatchConfig
-from forkpoint.runtime.recording.writer import CassetteWriter, Item
+from forkpoint.runtime.recording.journal import Entry, Journal, read_items
+from forkpoint.runtime.recording.writer import CassetteWriter, Item, Unavailable
+
+log = logging.getLogger(__name__)
 
 _STOP = object()
 # How long the writer waits for more work once it sees a backlog (seconds).
 LINGER = 0.005
+# While the store takes no writes, how soon the writer tries again, at first and at most (s).
+RETRY_FIRST, RETRY_MAX = 0.5, 5.0
 
 
 class Recorder(Protocol):
@@ -29,7 +36,8 @@ class Recorder(Protocol):
         ...
 
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Wait until everything submitted so far is committed; False on timeout."""
+        """Wait until everything submitted so far is committed (or held in the journal while
+        the store takes no writes); False on timeout."""
         ...
 
     async def start(self) -> None: ...
@@ -61,7 +69,11 @@ class Progress:
 class ThreadRecorder:
     """Writes on a thread of this process: for stores that live in memory, and as the fallback
     when a writer process cannot run. Each exchange is committed as soon as the thread reaches
-    it."""
+    it.
+
+    While the store takes no writes (`Unavailable`), what arrives is held: left in the
+    journal, dropped from memory, and written from the journal's files once a retry succeeds.
+    """
 
     def __init__(
         self,
@@ -70,22 +82,39 @@ class ThreadRecorder:
         match: MatchConfig = MatchConfig(),
         linger: float = LINGER,
         progress: Progress | None = None,
+        journal: Journal | None = None,
     ):
         self._writer = CassetteWriter(store, match)
         self._linger = linger
+        self._journal = journal
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._progress = progress or Progress()
+        self._held = False
+        self._kept: list[Entry] = []  # held with no journal to hold them
+        self._retry_in = RETRY_FIRST
+        self._retry_at = 0.0
         self._thread = threading.Thread(target=self._run, name="forkpoint-recorder", daemon=True)
         self._thread.start()
 
     def submit(self, item: Item) -> None:
-        self._progress.submitted += 1
-        self._queue.put(item)
+        self.put(Entry(item))
 
-    def take_over(self, items: Iterable[Item]) -> None:
-        """Write items another recorder sharing this one's `Progress` took and did not commit."""
-        for item in items:
-            self._queue.put(item)
+    def put(self, entry: Entry) -> None:
+        self._progress.submitted += 1
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._queue.put(entry)
+            return
+        # Once the agent's last bytes are out: woken now, the writer would take the GIL from
+        # the send (the entry is in the journal already).
+        loop.call_soon(self._queue.put, entry)
+
+    def take_over(self, entries: Iterable[Entry]) -> None:
+        """Write entries another recorder sharing this one's `Progress` took and did not
+        commit."""
+        for entry in entries:
+            self._queue.put(entry)
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         return self._progress.wait(timeout)
@@ -94,28 +123,93 @@ class ThreadRecorder:
         pass
 
     async def stop(self) -> None:
-        await asyncio.to_thread(self.flush, None)
+        # Everything is committed, or held in the journal; waiting longer for a store that
+        # takes no writes would only keep Ctrl-C waiting.
+        while not await asyncio.to_thread(self.flush, 0.5):
+            if self._held and self._queue.empty():
+                break
         self._queue.put(_STOP)
-        self._thread.join()
+        await asyncio.to_thread(self._thread.join)
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is _STOP:
+            batch = self._next()
+            if batch is None:
+                if self._held:
+                    self._retry()  # one last try; what stays held stays in the journal
+                if self._kept:
+                    log.error("forkpoint: %d exchanges could not be written nor journaled: "
+                              "they are lost", len(self._kept))  # fmt: skip
                 return
-            if self._linger and not self._queue.empty():
-                # Under load more are on their way: one transaction for all of them costs
-                # far less than one each, and takes the GIL from the proxy far less often.
-                time.sleep(self._linger)
-            batch = [item]
-            while True:  # whatever else is already queued goes into the same transaction
+            if self._held and time.monotonic() >= self._retry_at:
+                self._retry()
+            if not self._held:
                 try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is _STOP:
-                    self._queue.put(_STOP)
-                    break
-                batch.append(more)
-            self._writer.write(batch)  # type: ignore[arg-type]  # _STOP never gets here
-            self._progress.written(len(batch))
+                    self._writer.write([entry.item for entry in batch])
+                except Unavailable as error:
+                    self._hold_from_now(error)
+                else:
+                    for entry in batch:
+                        if self._journal is not None:
+                            self._journal.done(entry.segment)
+                    self._progress.written(len(batch))
+                    continue
+            journaled = 0
+            for entry in batch:
+                if entry.segment is None or self._journal is None:
+                    self._kept.append(entry)  # in memory only: written when a retry succeeds
+                else:
+                    self._journal.hold(entry.segment)
+                    journaled += 1
+            self._progress.written(journaled)  # durable in the journal: a flush may end
+
+    def _next(self) -> list[Entry] | None:
+        """The next batch (empty when a retry is due first); None once stopped."""
+        wait = max(self._retry_at - time.monotonic(), 0.0) if self._held else None
+        try:
+            first = self._queue.get(timeout=wait)
+        except queue.Empty:
+            return []
+        if first is _STOP:
+            return None
+        if self._linger and not self._queue.empty():
+            # Under load more are on their way: one transaction for all of them costs far
+            # less than one each, and takes the GIL from the proxy far less often.
+            time.sleep(self._linger)
+        batch = [first]
+        while True:  # whatever else is already queued goes into the same transaction
+            try:
+                more = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if more is _STOP:
+                self._queue.put(_STOP)
+                break
+            batch.append(more)
+        return batch  # type: ignore[return-value]  # _STOP never gets here
+
+    def _hold_from_now(self, error: Unavailable) -> None:
+        self._held = True
+        self._retry_in = RETRY_FIRST
+        self._retry_at = time.monotonic() + self._retry_in
+        where = self._journal.directory if self._journal is not None else "memory"
+        log.error("forkpoint: the cassette takes no writes (%s): clients are still served, "
+                  "their exchanges held in %s and retried", error, where)  # fmt: skip
+
+    def _retry(self) -> None:
+        try:
+            if self._kept:
+                self._writer.write([entry.item for entry in self._kept])
+                self._progress.written(len(self._kept))
+                self._kept.clear()
+            if self._journal is not None:
+                for segment in self._journal.held_segments():
+                    count = segment.held
+                    self._writer.merge(read_items(segment.path))
+                    self._journal.release_held(segment, count)
+        except Unavailable:
+            self._retry_in = min(self._retry_in * 2, RETRY_MAX)
+            self._retry_at = time.monotonic() + self._retry_in
+            return
+        self._held = False
+        log.warning("forkpoint: the cassette takes writes again: every held exchange is in it")

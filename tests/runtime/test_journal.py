@@ -1,0 +1,75 @@
+"""The recorder's journal on real files: what a dead process left is merged once, never over
+what the store holds; a live process's journal is left alone; a cut last frame is ignored."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from forkpoint.cassettes.memory import MemoryStore
+from forkpoint.cassettes.sqlite.store import SqliteStore
+from forkpoint.engine.matching import MatchConfig
+from forkpoint.models import Run
+from forkpoint.runtime.recording.journal import Journal, journal_dir, read_items
+from forkpoint.runtime.recording.journaled import held_exchanges, merge_orphans
+from tests.builders import exchange
+
+
+def died(journal: Journal) -> None:
+    """As a kill -9 leaves it: files in place, the lock released."""
+    for segment in journal.segments:
+        os.close(segment.fd)
+    os.close(journal.lock_fd)
+
+
+def test_a_dead_process_journal_is_merged_once_and_never_over_what_is_stored(store):
+    directory = journal_dir(store)
+    assert directory == Path(f"{store.path}.journals")
+    journal = Journal(directory)
+    journal.entry(Run("r1"))
+    for step in range(3):
+        journal.entry(exchange(run_id="r1", step=step, response_body=b"journaled"))
+    store.create_run(Run("r1"))
+    store.add_exchanges([exchange(run_id="r1", step=1, response_body=b"stored")])
+    assert held_exchanges(store)[0] == {"r1": 2}
+    assert merge_orphans(store, MatchConfig()) == 0  # alive: its process may still write it
+    died(journal)
+    assert merge_orphans(store, MatchConfig()) == 2
+    assert [e.response_body for e in store.exchanges("r1")] == [b"journaled", b"stored",
+                                                                 b"journaled"]  # fmt: skip
+    assert not list(directory.iterdir())  # merged, then deleted
+    assert merge_orphans(store, MatchConfig()) == 0
+    assert held_exchanges(store)[0] == {}
+
+
+def test_a_cut_last_frame_is_ignored(store):
+    journal = Journal(journal_dir(store))
+    journal.entry(Run("r1"))
+    journal.entry(exchange(run_id="r1", step=0))
+    [segment] = journal.segments
+    os.write(segment.fd, b"\x00\x00\x00\x00\x00\x01\x00\x00partial")  # died inside a write
+    assert [type(item).__name__ for item in read_items(segment.path)] == ["Run", "Exchange"]
+    died(journal)
+    assert merge_orphans(store, MatchConfig()) == 1
+
+
+def test_a_journal_whose_items_are_committed_is_deleted_on_close(store):
+    journal = Journal(journal_dir(store))
+    entry = journal.entry(Run("r1"))
+    journal.done(entry.segment)
+    assert journal.close()
+    assert not list(journal.directory.iterdir())
+
+
+def test_a_store_in_memory_has_no_journal_and_postgres_one_per_database(tmp_path, monkeypatch):
+    assert journal_dir(MemoryStore()) is None
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+
+    class Located:
+        location = "postgresql://127.0.0.1/test"
+
+    found = journal_dir(Located())  # type: ignore[arg-type]
+    assert found is not None and found.parent == tmp_path / "forkpoint" / "journals"
+    sqlite = SqliteStore(tmp_path / "a.db")
+    assert journal_dir(sqlite) == tmp_path / "a.db.journals"
+    sqlite.close()
