@@ -148,3 +148,42 @@ def test_a_huge_response_reaches_the_agent_whole_in_bounded_memory(big_upstream,
     # aborts the connection, so the last bytes still in its write buffer may not go out)
     count, ending = replayed(cassette, route)
     assert ending == "cut" and kept_bytes - MIB < count <= kept_bytes
+
+
+def test_max_record_body_sets_the_limit_and_refuses_a_negative_one(tmp_path):
+    small = 4 * MIB
+    upstream = subprocess.Popen(
+        [sys.executable, "-c", UPSTREAM, str(small)], stdout=subprocess.PIPE, text=True
+    )
+    assert upstream.stdout is not None
+    port = upstream.stdout.readline().strip()
+    cassette = tmp_path / "limit.db"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "forkpoint", "serve", "--port", "0", "--cassette", str(cassette),
+         "--upstream", f"http://127.0.0.1:{port}", "--max-record-body", "1"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("forkpoint serving on "), line
+        assert received(f"{line.split()[3]}/v1/plain") == small
+        wait_for_rows(cassette, 1)
+    finally:
+        assert stop(process) == 0
+        upstream.kill()
+        upstream.wait(10)
+        upstream.stdout.close()
+    store = SqliteStore(cassette)
+    try:
+        (kept,) = store.exchanges("big")
+    finally:
+        store.close()
+    assert len(kept.response_body) == MIB and not kept.complete
+    assert kept.error is not None and f"{small - MIB} bytes not recorded" in kept.error
+    refused = subprocess.run(
+        [sys.executable, "-m", "forkpoint", "serve", "--max-record-body", "-1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "--max-record-body" in refused.stderr
+    assert "Traceback" not in refused.stderr
