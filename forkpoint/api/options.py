@@ -18,6 +18,7 @@ from forkpoint.api.config import ProjectConfig, find_project_config, normalizer
 from forkpoint.cassettes.sqlite import DEFAULT_PATH
 from forkpoint.engine.config import (
     DEFAULT_MAX_BODY,
+    DEFAULT_MAX_RECORD_BODY,
     DEFAULT_UPSTREAM,
     EngineConfig,
     OnDivergence,
@@ -47,6 +48,8 @@ class Options:
     name, labels: the new run's.
     host, port: where the proxy listens (port 0: a free one).
     read_timeout: how long an upstream may stall (s); max_body: the largest request (bytes).
+    max_record_body: the most of a response body recorded (bytes); the agent gets it all,
+        the cassette what was kept, marked incomplete.
     pace: how replayed streams are timed. on_divergence: a request the recording lacks.
     restore: give a fork's agent its state snapshot (else it starts fresh).
     workspace: a directory snapshotted with the run and restored on fork and resume.
@@ -74,6 +77,7 @@ class Options:
     port: int = 0
     read_timeout: float = 600.0
     max_body: int = DEFAULT_MAX_BODY
+    max_record_body: int = DEFAULT_MAX_RECORD_BODY
     pace: Pace = Pace()
     on_divergence: OnDivergence = OnDivergence.FAIL
     restore: bool = True
@@ -103,12 +107,12 @@ def engine_config(
     """The engine's config for a verb: `live` says whether any request may go upstream (an
     offline replay has no upstream at all); `recorded`, the run a fork or a resume continues,
     whose upstreams serve whatever the options do not name."""
-    match = match_config(options)
+    match, limit = match_config(options), options.max_record_body
     if not live:
-        return EngineConfig(routes=Routes(), match=match)
+        return EngineConfig(routes=Routes(), match=match, max_record_body=limit)
     given = Routes(options.upstream, dict(options.routes))
     routes = given.over(Routes.recorded(recorded)).over(Routes.of(DEFAULT_UPSTREAM))
-    return EngineConfig(routes=routes, match=match)
+    return EngineConfig(routes=routes, match=match, max_record_body=limit)
 
 
 def match_config(options: Options) -> MatchConfig:

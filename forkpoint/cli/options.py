@@ -17,7 +17,12 @@ from typing import Any
 import click
 
 from forkpoint.api import RunResult, make_change
-from forkpoint.engine.config import DEFAULT_MAX_BODY, DEFAULT_UPSTREAM, OnDivergence
+from forkpoint.engine.config import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_RECORD_BODY,
+    DEFAULT_UPSTREAM,
+    OnDivergence,
+)
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.errors import ConfigError, ForkpointError
 from forkpoint.models import RunStatus
@@ -86,6 +91,12 @@ def limit_options(command: Command) -> Command:
     command = click.option(
         "--max-body", default=DEFAULT_MAX_BODY // 2**20, show_default=True,
         help="Largest request body accepted, MiB.",
+    )(command)  # fmt: skip
+    command = click.option(
+        "--max-record-body", default=DEFAULT_MAX_RECORD_BODY // 2**20, show_default=True,
+        type=click.IntRange(min=0),
+        help="Most of a response body recorded, MiB (the agent gets it all; the cassette "
+        "marks the rest not kept).",
     )(command)  # fmt: skip
     return click.option(
         "--read-timeout", default=600.0, show_default=True, help="Upstream stall limit, s."

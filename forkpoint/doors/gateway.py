@@ -67,6 +67,7 @@ from forkpoint.engine.lifecycle import (
     SendEnd,
     SendHead,
     Tee,
+    Warn,
     answer,
     serve_plan,
 )
@@ -146,7 +147,10 @@ class Gateway:
                 return opened
             events = _listed(opened)  # the upstream refused the websocket: its answer, over HTTP
         keep = not isinstance(action, Serve) or action.keep
-        tee = Tee(action.record, started, keep=keep, redaction=config.redaction)
+        tee = Tee(
+            action.record, started, keep=keep, redaction=config.redaction,
+            limit=config.max_record_body,
+        )  # fmt: skip
         llm = snapshot_point(action)
         pulls = (
             []
@@ -222,6 +226,8 @@ class Gateway:
                     request.transport.abort()
             case Commit(exchange):
                 self.recorder.submit(exchange)
+            case Warn(message):
+                log.warning("forkpoint: %s", message)
             case _:
                 assert_never(command)
         return response

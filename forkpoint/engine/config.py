@@ -21,6 +21,9 @@ GATEWAY_HEADERS = frozenset({RUN_HEADER, INTERCEPT_HEADER, ORIGIN_HEADER, "host"
 DIVERGENCE_STATUS = 400
 # The largest request body a front door accepts (it reads a request whole, to match it).
 DEFAULT_MAX_BODY = 256 * 1024 * 1024
+# The most of a response body a recording keeps (the agent always gets all of it): past it,
+# the exchange is recorded as what was kept, incomplete, so memory stays flat (issue 14.6).
+DEFAULT_MAX_RECORD_BODY = 32 * 1024 * 1024
 # Where a recording sends requests when told nothing else: the default route goes to OpenAI,
 # `/anthropic/...` to Anthropic (the base URLs `forkpoint record` gives a command).
 DEFAULT_UPSTREAM = "https://api.openai.com"
@@ -79,6 +82,7 @@ def _join(base: str, route: str) -> str:
 class EngineConfig:
     routes: Routes = Routes()
     match: MatchConfig = MatchConfig()
+    max_record_body: int = DEFAULT_MAX_RECORD_BODY  # bytes of a response body recorded
 
     @property
     def redaction(self) -> Redaction:

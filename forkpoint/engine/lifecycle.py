@@ -16,6 +16,12 @@ upstream, the plan or a mock), feed it to the tee, carry out the commands.
 head gives is committed as its last chunk arrives, before it is sent (an empty one before its
 head); a chunked body before its terminating chunk.
 
+The agent always gets every byte, as it comes; the record keeps at most `limit` bytes of a
+body (a stream's chunk records count `CHUNK_COST` each besides their data, so a million tiny
+chunks are bounded too). A body over it is recorded as what was kept, `complete=False`, with
+an `error` saying how many bytes were not kept, and the tee says so once with a `Warn`; a
+replay serves what was kept, then cuts, as for a stream cut when recorded.
+
     tee = Tee(record, started=now())
     for event in events:
         for command in tee.feed(event, now()):
@@ -27,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
 
+from forkpoint.engine.config import DEFAULT_MAX_RECORD_BODY
 from forkpoint.engine.encoding import header
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.redaction import DEFAULT, REDACTED, Redaction, end_to_end
@@ -109,7 +116,18 @@ class Commit:
     exchange: Exchange
 
 
-Command = SendHead | SendBody | SendEnd | Drop | Commit
+@dataclass(frozen=True, slots=True)
+class Warn:
+    """Tell the operator: the body passed the recording limit (once per response)."""
+
+    message: str
+
+
+Command = SendHead | SendBody | SendEnd | Drop | Commit | Warn
+
+# What one kept chunk of a stream costs beside its data (the Chunk, its bytes and its offset,
+# in memory and in the journal), counted against the recording limit.
+CHUNK_COST = 128
 
 
 class _State(Enum):
@@ -123,6 +141,7 @@ class Tee:
 
     `record` holds the request side (from `decide`); the tee fills in the response as the
     agent gets it. `keep=False` commits nothing (a resume serving steps its run holds).
+    `limit`: the most body bytes recorded (the agent gets them all).
     Times are seconds on the front door's clock; the record keeps milliseconds since `started`.
     """
 
@@ -133,12 +152,17 @@ class Tee:
         *,
         keep: bool = True,
         redaction: Redaction = DEFAULT,
+        limit: int = DEFAULT_MAX_RECORD_BODY,
     ):
         self.record = record
         self._started = started
         self._keep = keep
         self._redaction = redaction
-        self._chunks: list[Chunk] = []
+        self._limit = limit
+        self._chunks: list[Chunk] = []  # a stream's, as it passed
+        self._whole = bytearray()  # any other body's
+        self._room = limit  # what the record may still take
+        self._unkept = 0  # body bytes past the limit
         self._streamed = False
         self._state = _State.WAITING
         self._length: int | None = None  # the body's length, when the head says it
@@ -157,8 +181,7 @@ class Tee:
             case Head(status, headers, streamed):
                 return self._head(status, headers, streamed, at)
             case Body(data):
-                self._chunks.append(Chunk(at, data))
-                return self._body(data, at)
+                return [*self._keep_body(data, at), *self._body(data, at)]
             case End():
                 return [*self._end(at), SendEnd()]
             case Cut(reason) | NoAnswer(reason):
@@ -185,6 +208,29 @@ class Tee:
             return [*self._commit(at), send]
         return [send]
 
+    def _keep_body(self, data: bytes, at: float) -> list[Command]:
+        """Record what the limit leaves room for; the first byte past it warns."""
+        if not data:
+            return []
+        cost = CHUNK_COST if self._streamed else 0
+        kept = data if len(data) + cost <= self._room else data[: max(self._room - cost, 0)]
+        if kept and self._streamed:
+            self._chunks.append(Chunk(at, kept))
+        elif kept:
+            self._whole += kept
+        self._room -= len(kept) + (cost if kept else 0)
+        if len(kept) == len(data):
+            return []
+        self._room = 0  # nothing more is kept, however small
+        first = self._unkept == 0
+        self._unkept += len(data) - len(kept)
+        if not first:
+            return []
+        record = self.record
+        return [Warn(f"run {record.run_id} step {record.step}: the response body passed the "
+                     f"{self._limit} byte recording limit (--max-record-body); the agent gets "
+                     "all of it, the cassette the first part, marked incomplete")]  # fmt: skip
+
     def _body(self, data: bytes, at: float) -> list[Command]:
         if not data:
             return []
@@ -205,12 +251,17 @@ class Tee:
         self._committed = True
         record = self.record
         record.duration_ms = at
-        body = b"".join([chunk.data for chunk in self._chunks])
         if self._streamed:  # chunk sizes count the bytes as sent
+            body = b"".join([chunk.data for chunk in self._chunks])
             record.response_body, record.chunks = body, self._chunks
         else:  # a token endpoint's answer is a secret too
+            body, self._whole = bytes(self._whole), bytearray()
             record.response_body = self._redaction.body(body, record.response_headers)
             record.chunks = None
+        if self._unkept:
+            over = (f"response body over the {self._limit} byte recording limit "
+                    f"(--max-record-body): {self._unkept} bytes not recorded")  # fmt: skip
+            error = over if error is None else f"{error} ({over})"
         if error is not None:  # an upstream's error may name a URL with its key in it
             record.complete, record.error = False, self._redaction.text(error)
         return [Commit(record)] if self._keep else []
