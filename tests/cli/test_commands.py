@@ -165,6 +165,11 @@ def test_a_replay_that_diverges_exits_non_zero_even_if_the_agent_swallows_it(
     )
     assert replayed.returncode == 3, replayed.stderr  # the README's documented exit code
     assert "diverged" in replayed.stderr
+    forked = forkpoint(  # its prefix is a replay too
+        "fork", "r", "--at", "1", "--", sys.executable, str(swallow), "goodbye", cassette=cassette
+    )
+    assert forked.returncode == 3, forked.stderr
+    assert "diverged" in forked.stderr
 
 
 @pytest.mark.parametrize(

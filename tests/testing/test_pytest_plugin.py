@@ -178,9 +178,15 @@ def test_new_episodes_replays_what_it_has_and_records_the_rest(inner, upstream):
     )  # fmt: skip
     run(inner, "--forkpoint-record=once", upstream=upstream.url).assert_outcomes(passed=1)
     assert upstream.request_count == 2
+    headers = (  # what the agent sees of a replayed answer: no header of forkpoint's own
+        "\n    with openai.OpenAI(api_key='k', max_retries=0) as client:\n"
+        "        raw = client.chat.completions.with_raw_response.create(\n"
+        "            model='gpt-4o', messages=[{'role': 'user', 'content': 'one'}])\n"
+        "    assert not [h for h in raw.headers if h.lower().startswith('x-forkpoint')]\n"
+    )
     write_test(
         inner, ASK + "\ndef test_q(forkpoint):\n    assert ask('two') == '[gpt-4o] two'\n"
-        "    assert ask('three') == '[gpt-4o] three'\n"
+        "    assert ask('three') == '[gpt-4o] three'\n" + headers
     )  # fmt: skip
     run(inner, "--forkpoint-record=new_episodes", upstream=upstream.url).assert_outcomes(passed=1)
     assert [r.json["messages"][0]["content"] for r in upstream.requests] == ["one", "two", "three"]
