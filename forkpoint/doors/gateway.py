@@ -20,7 +20,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import assert_never
+from typing import Any, assert_never
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -49,7 +49,7 @@ from forkpoint.engine.decide import (
     error_reply,
     snapshot_point,
 )
-from forkpoint.engine.encoding import decode_headers
+from forkpoint.engine.encoding import UndecodableBody, check_body, decode_headers, header
 from forkpoint.engine.frames import is_upgrade
 from forkpoint.engine.lifecycle import (
     Body,
@@ -77,6 +77,14 @@ from forkpoint.errors import CassetteError, ConfigError, UpstreamError
 log = logging.getLogger(__name__)
 
 RUN_PREFIX = "/r/"
+
+# How aiohttp's server must run the gateway (`web.AppRunner(gateway.app, **SERVER_OPTIONS)`):
+# request bodies as sent (aiohttp would decompress them, and the upstream and the cassette would
+# get plain bytes still labelled gzip), and a handler cancelled when its agent hangs up, so a
+# stalled upstream request is cancelled and its connection released.
+SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False, "handler_cancellation": True}
+# How long an answer that was under way when its agent left may still run (s).
+HANGUP_GRACE = 2.0
 
 
 class Gateway:
@@ -115,6 +123,11 @@ class Gateway:
             message = f"forkpoint: request body over the {self.max_body} byte limit (--max-body)"
             return _error(request.method, route, 413, message, "forkpoint_body_too_large")
         try:
+            check_body(body, header(decode_headers(request.raw_headers), "content-encoding"))
+        except UndecodableBody as error:
+            message = f"forkpoint: the request body is not what its Content-Encoding says: {error}"
+            return _error(request.method, route, 400, message, "forkpoint_bad_encoding")
+        try:
             session = await self.sessions.get(run_id)
         except ConfigError as error:
             return _error(request.method, route, 400, f"forkpoint: {error}", "forkpoint_run")
@@ -147,7 +160,17 @@ class Gateway:
             else self.snapshots.on_request(session.run.id, action.record.step, llm=llm)
         )
         events = events or self._events(action, started)
-        return await self._respond(request, tee, events, pulls)
+        responding = asyncio.ensure_future(self._respond(request, tee, events, pulls))
+        try:
+            return await asyncio.shield(responding)
+        except asyncio.CancelledError:  # the agent hung up: aiohttp cancels its handler
+            if tee.record.status is not None:
+                # An answer under way goes on until its next write fails, as it would without
+                # forkpoint (an SDK that leaves on `[DONE]` got a complete answer), for a while.
+                await asyncio.wait([responding], timeout=HANGUP_GRACE)
+            responding.cancel()  # a stalled upstream request is given up and its connection freed
+            await asyncio.wait([responding])
+            raise
 
     def _target(self, request: web.Request) -> tuple[EngineConfig, str | None, str]:
         """The engine config, run id and route of a request: the interceptor's carry the

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiohttp import web
 
 from forkpoint.cassettes.store import Store
-from forkpoint.doors.gateway import Gateway
+from forkpoint.doors.gateway import SERVER_OPTIONS, Gateway
 from forkpoint.doors.ports import Sender
 from forkpoint.engine.config import DEFAULT_MAX_BODY, EngineConfig
 from forkpoint.engine.pace import Pace
@@ -88,7 +88,9 @@ class Proxy:
 
     async def start(self) -> str:
         await self.recorder.start()
-        self._runner = web.AppRunner(self.gateway.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.gateway.app, access_log=None, handle_signals=False, **SERVER_OPTIONS
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port, reuse_address=True)
         await site.start()
