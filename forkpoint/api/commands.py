@@ -170,7 +170,8 @@ async def _run(
         the_run = run_id if isinstance(run_id, str) else run_id()
         proxy = Proxy(
             store, config, pace=options.pace, host=options.host, port=options.port,
-            read_timeout=options.read_timeout, max_body=options.max_body,
+            read_timeout=options.read_timeout, client_timeout=options.client_timeout,
+            max_body=options.max_body,
             snapshot_policy=options.snapshots, intercept=options.intercept,
         )  # fmt: skip
         url = await proxy.start()

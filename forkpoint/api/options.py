@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from forkpoint.api.config import ProjectConfig, find_project_config, normalizer
 from forkpoint.cassettes.sqlite import DEFAULT_PATH
 from forkpoint.engine.config import (
+    DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
     DEFAULT_UPSTREAM,
     EngineConfig,
@@ -47,6 +48,8 @@ class Options:
     name, labels: the new run's.
     host, port: where the proxy listens (port 0: a free one).
     read_timeout: how long an upstream may stall (s); max_body: the largest request (bytes).
+    client_timeout: how long an agent may take sending a request head, stall in its body, or
+        keep an idle connection (s).
     pace: how replayed streams are timed. on_divergence: a request the recording lacks.
     restore: give a fork's agent its state snapshot (else it starts fresh).
     workspace: a directory snapshotted with the run and restored on fork and resume.
@@ -70,6 +73,7 @@ class Options:
     host: str = "127.0.0.1"
     port: int = 0
     read_timeout: float = 600.0
+    client_timeout: float = DEFAULT_CLIENT_TIMEOUT
     max_body: int = DEFAULT_MAX_BODY
     pace: Pace = Pace()
     on_divergence: OnDivergence = OnDivergence.FAIL

@@ -47,8 +47,8 @@ async def aserve(
         proxy = Proxy(
             store, engine_config(options, live=live, recorded=recorded), host=options.host,
             port=options.port, pace=options.pace, read_timeout=options.read_timeout,
-            max_body=options.max_body, snapshot_policy=options.snapshots,
-            intercept=options.intercept,
+            client_timeout=options.client_timeout, max_body=options.max_body,
+            snapshot_policy=options.snapshots, intercept=options.intercept,
         )  # fmt: skip
         if replay is not None:
             await proxy.sessions.replay(replay, on_divergence=options.on_divergence)

@@ -17,7 +17,12 @@ from typing import Any
 import click
 
 from forkpoint.api import RunResult, make_change
-from forkpoint.engine.config import DEFAULT_MAX_BODY, DEFAULT_UPSTREAM, OnDivergence
+from forkpoint.engine.config import (
+    DEFAULT_CLIENT_TIMEOUT,
+    DEFAULT_MAX_BODY,
+    DEFAULT_UPSTREAM,
+    OnDivergence,
+)
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.errors import ConfigError, ForkpointError
 from forkpoint.models import RunStatus
@@ -87,9 +92,16 @@ def limit_options(command: Command) -> Command:
         "--max-body", default=DEFAULT_MAX_BODY // 2**20, show_default=True,
         help="Largest request body accepted, MiB.",
     )(command)  # fmt: skip
+    command = click.option(
+        "--client-timeout", default=DEFAULT_CLIENT_TIMEOUT, show_default=True,
+        help="How long an agent may take to send a request's head, or stall in its body, "
+        "and how long an idle connection is kept, s.",
+    )(command)  # fmt: skip
     return click.option(
-        "--read-timeout", default=600.0, show_default=True, help="Upstream stall limit, s."
-    )(command)
+        "--read-timeout", default=600.0, show_default=True,
+        help="How long an upstream may stall before its first byte or between two, s "
+        "(minutes: models pause long between stream events).",
+    )(command)  # fmt: skip
 
 
 def snapshot_options(command: Command) -> Command:

@@ -31,8 +31,8 @@ from forkpoint.runtime.intercept import InterceptOptions
 def serve(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], host: str, port: int,
-    replay_run: str | None, pace: str, read_timeout: float, max_body: int,
-    intercept: InterceptOptions | None,
+    replay_run: str | None, pace: str, read_timeout: float, client_timeout: float,
+    max_body: int, intercept: InterceptOptions | None,
 ) -> None:  # fmt: skip
     """Serve the proxy until interrupted, recording every run that comes through.
 
@@ -45,7 +45,7 @@ def serve(
         redact=redact,
         cassette=cassette, host=host, port=port, upstream=upstream,
         routes=parse_routes(routes), pace=Pace.parse(pace), read_timeout=read_timeout,
-        max_body=max_body * 2**20, intercept=intercept,
+        client_timeout=client_timeout, max_body=max_body * 2**20, intercept=intercept,
     )  # fmt: skip
     api.serve(options, replay=replay_run, ready=_announce)
 

@@ -31,6 +31,7 @@ from forkpoint.doors.mocks import run_mock
 from forkpoint.doors.ports import Recorder, Sender, Sessions, Snapshots
 from forkpoint.doors.sockets import Sockets
 from forkpoint.engine.config import (
+    DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
     INTERCEPT_HEADER,
     ORIGIN_HEADER,
@@ -98,6 +99,7 @@ class Gateway:
         snapshots: Snapshots,
         pace: Pace = Pace(),
         max_body: int = DEFAULT_MAX_BODY,
+        client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
         intercept_secret: str | None = None,
     ):
         self.sessions = sessions
@@ -109,6 +111,7 @@ class Gateway:
         self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace, sessions=sessions)
         self.pace = pace
         self.max_body = max_body
+        self.client_timeout = client_timeout
         self._secret = intercept_secret
         self.app = web.Application(client_max_size=max_body)
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
@@ -118,10 +121,18 @@ class Gateway:
         started = time.perf_counter()
         config, run_id, route = self._target(request)
         try:
-            body = await request.read()
+            body = await self._body(request)
         except web.HTTPRequestEntityTooLarge:
             message = f"forkpoint: request body over the {self.max_body} byte limit (--max-body)"
             return _error(request.method, route, 413, message, "forkpoint_body_too_large")
+        except TimeoutError:
+            message = (
+                f"forkpoint: the request body stalled for {self.client_timeout:g} s "
+                "(--client-timeout)"
+            )
+            response = _error(request.method, route, 408, message, "forkpoint_client_timeout")
+            response.force_close()
+            return response
         try:
             check_body(body, header(decode_headers(request.raw_headers), "content-encoding"))
         except UndecodableBody as error:
@@ -171,6 +182,21 @@ class Gateway:
             responding.cancel()  # a stalled upstream request is given up and its connection freed
             await asyncio.wait([responding])
             raise
+
+    async def _body(self, request: web.Request) -> bytes:
+        """The request body, whole; TimeoutError when the agent stalls in it past the client
+        timeout (the clock starts again at each piece, so a slow upload is not cut)."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self.client_timeout) as clock:
+            parts: list[bytes] = []
+            size = 0
+            while data := await request.content.readany():
+                size += len(data)
+                if size > self.max_body:
+                    raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=size)
+                parts.append(data)
+                clock.reschedule(loop.time() + self.client_timeout)
+        return b"".join(parts)
 
     def _target(self, request: web.Request) -> tuple[EngineConfig, str | None, str]:
         """The engine config, run id and route of a request: the interceptor's carry the

@@ -21,6 +21,9 @@ GATEWAY_HEADERS = frozenset({RUN_HEADER, INTERCEPT_HEADER, ORIGIN_HEADER, "host"
 DIVERGENCE_STATUS = 400
 # The largest request body a front door accepts (it reads a request whole, to match it).
 DEFAULT_MAX_BODY = 256 * 1024 * 1024
+# How long an agent may take to send a request's head or stall in its body, and how long its
+# idle connection is kept (s): a client that sends slowly cannot hold a connection forever.
+DEFAULT_CLIENT_TIMEOUT = 60.0
 # Where a recording sends requests when told nothing else: the default route goes to OpenAI,
 # `/anthropic/...` to Anthropic (the base URLs `forkpoint record` gives a command).
 DEFAULT_UPSTREAM = "https://api.openai.com"

@@ -17,7 +17,7 @@ from aiohttp import web
 from forkpoint.cassettes.store import Store
 from forkpoint.doors.gateway import SERVER_OPTIONS, Gateway
 from forkpoint.doors.ports import Sender
-from forkpoint.engine.config import DEFAULT_MAX_BODY, EngineConfig
+from forkpoint.engine.config import DEFAULT_CLIENT_TIMEOUT, DEFAULT_MAX_BODY, EngineConfig
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.session import Session
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
@@ -46,6 +46,7 @@ class Proxy:
         host: str = "127.0.0.1",
         port: int = 0,
         read_timeout: float = 600.0,
+        client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
         max_body: int = DEFAULT_MAX_BODY,
         snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
         intercept: InterceptOptions | None = None,
@@ -75,6 +76,7 @@ class Proxy:
             snapshots=self.snapshots,
             pace=pace,
             max_body=max_body,
+            client_timeout=client_timeout,
             intercept_secret=secret,
         )
         self._intercept = intercept
@@ -89,8 +91,10 @@ class Proxy:
     async def start(self) -> str:
         await self.recorder.start()
         self._runner = web.AppRunner(
-            self.gateway.app, access_log=None, handle_signals=False, **SERVER_OPTIONS
-        )
+            self.gateway.app, access_log=None, handle_signals=False,
+            # an agent's idle connection, or one whose request head never ends, is closed then
+            keepalive_timeout=self.gateway.client_timeout, **SERVER_OPTIONS,
+        )  # fmt: skip
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port, reuse_address=True)
         await site.start()

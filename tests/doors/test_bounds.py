@@ -214,3 +214,55 @@ def test_a_stalled_upstream_is_cancelled_when_its_clients_hang_up(start_proxy):
         )
     finally:
         stalling.stop()
+
+
+def test_an_agent_that_never_ends_its_request_head_is_closed_after_the_client_timeout(
+    start_proxy, raw
+):
+    thread = start_proxy(None, routes={"tools": raw.url}, client_timeout=1)
+    thread.record()
+    parts = urlsplit(thread.proxy.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(b"POST /tools/echo HTTP/1.1\r\nHost: x\r\nContent-Le")
+        started = time.monotonic()
+        assert sock.recv(4096) == b""  # closed by the proxy, not by this test's timeout
+        assert time.monotonic() - started < 5
+
+
+def test_an_agent_that_stalls_in_its_body_gets_a_408_after_the_client_timeout(start_proxy, raw):
+    thread = start_proxy(None, routes={"tools": raw.url}, client_timeout=1)
+    thread.record()
+    parts = urlsplit(thread.proxy.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+        for _ in range(3):  # pieces within the timeout keep the request going
+            sock.sendall(b"x" * 10)
+            time.sleep(0.6)
+        started = time.monotonic()
+        answer = b""
+        while not answer.endswith(b"}}"):  # its JSON error, whole
+            answer += sock.recv(4096)
+        assert time.monotonic() - started < 5
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408") and b"--client-timeout" in body
+    assert json.loads(body)["error"]["type"] == "forkpoint_client_timeout"
+    assert raw.received == []
+
+
+def test_serve_takes_its_timeouts_from_the_command_line(tmp_path, raw):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "forkpoint", "serve", "--port", "0", "--upstream", raw.url,
+         "--cassette", str(tmp_path / "t.db"), "--client-timeout", "0.5", "--read-timeout", "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        parts = urlsplit(process.stdout.readline().split()[3])
+        with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+            started = time.monotonic()
+            assert sock.recv(4096) == b""
+            assert time.monotonic() - started < 5
+    finally:
+        process.terminate()
+        process.communicate(timeout=20)
