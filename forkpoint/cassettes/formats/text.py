@@ -57,7 +57,8 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Dumper(_BaseDumper):  # type: ignore[misc, valid-type]
-    pass
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # a cassette has no anchors or aliases: the reader refuses them
 
 
 class _Flow(list):  # type: ignore[type-arg]
@@ -225,6 +226,7 @@ def loads(
     through the gateway, e.g. `{"anthropic": "https://api.anthropic.com"}`.
     """
     try:
+        _refuse_aliases(text, source)
         document = yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
@@ -351,6 +353,19 @@ def _headers(value: Any, path: Where) -> Headers:
         for item in values if isinstance(values, list) else [values]:
             pairs.append((str(name), str(item)))
     return tuple(pairs)
+
+
+def _refuse_aliases(text: str, source: str) -> None:
+    """Refuse YAML aliases (`*name`): a few hundred bytes of them expand to gigabytes (an
+    alias bomb) in whatever walks the document; no cassette needs them."""
+    if "*" not in text:
+        return
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
+            raise CassetteError(
+                f"{source}, line {event.start_mark.line + 1}: a YAML alias (*{event.anchor}) "
+                "is not read in a cassette (aliases can expand without bound); write the value out"
+            )
 
 
 def _line(text: str, path: Where) -> int:
