@@ -29,6 +29,7 @@ from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
 from forkpoint.doors.mocks import run_mock
 from forkpoint.doors.ports import Recorder, Sender, Sessions, Snapshots
+from forkpoint.doors.server_log import SERVER_LOG
 from forkpoint.doors.sockets import Sockets
 from forkpoint.engine.config import (
     DEFAULT_CLIENT_TIMEOUT,
@@ -82,8 +83,13 @@ RUN_PREFIX = "/r/"
 # How aiohttp's server must run the gateway (`web.AppRunner(gateway.app, **SERVER_OPTIONS)`):
 # request bodies as sent (aiohttp would decompress them, and the upstream and the cassette would
 # get plain bytes still labelled gzip), and a handler cancelled when its agent hangs up, so a
-# stalled upstream request is cancelled and its connection released.
-SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False, "handler_cancellation": True}
+# stalled upstream request is cancelled and its connection released; a malformed request logged
+# in one line.
+SERVER_OPTIONS: dict[str, Any] = {
+    "auto_decompress": False,
+    "handler_cancellation": True,
+    "logger": SERVER_LOG,
+}
 # How long an answer that was under way when its agent left may still run (s).
 HANGUP_GRACE = 2.0
 

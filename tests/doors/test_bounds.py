@@ -266,3 +266,36 @@ def test_serve_takes_its_timeouts_from_the_command_line(tmp_path, raw):
     finally:
         process.terminate()
         process.communicate(timeout=20)
+
+
+MALFORMED = [
+    b"GARBAGE\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    b"GET /\x00\x1b[31m HTTP/1.1\r\n\r\n",
+    b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+    b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+]
+
+
+def test_each_malformed_request_is_a_400_and_one_line_in_the_log(tmp_path, raw):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "forkpoint", "serve", "--port", "0", "--upstream", raw.url,
+         "--cassette", str(tmp_path / "bad.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[3]
+        parts = urlsplit(url)
+        for data in MALFORMED:
+            with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+                sock.sendall(data)
+                assert sock.recv(4096).startswith(b"HTTP/1.0 400"), data
+        assert post(url + "/echo", b"{}", {"Content-Type": "application/json"})[0] == 200
+    finally:
+        process.terminate()
+        _, log = process.communicate(timeout=20)
+    lines = [line for line in log.splitlines() if line.strip()]
+    assert "Traceback" not in log and "\x1b" not in log, log
+    assert 3 <= len(lines) <= len(MALFORMED), log  # one line each, or none (aiohttp's choice)
+    assert all(line.startswith("Error handling request from") for line in lines), log
