@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from forkpoint.api import RunResult, make_change
+from forkpoint.cli.terminal import echo
 from forkpoint.engine.config import (
     DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
@@ -300,7 +301,7 @@ def reports_errors(command: Command) -> Command:
         try:
             return command(*args, **kwargs)
         except ForkpointError as error:
-            click.echo(f"forkpoint: {error}", err=True)
+            echo(f"forkpoint: {error}", err=True)
             sys.exit(EXIT_USAGE)
 
     return wrapper
@@ -333,7 +334,7 @@ def prices(command: Command) -> Command:
             result = command(*args, **kwargs)
         if models:
             named = ", ".join(repr(m) for m in sorted(models))
-            click.echo(f"forkpoint: no price in {PRICES} for {named}: shown as unknown", err=True)
+            echo(f"forkpoint: no price in {PRICES} for {named}: shown as unknown", err=True)
         return result
 
     return wrapper
@@ -343,10 +344,10 @@ def report_run(result: RunResult) -> None:
     """Say how the run ended, on stderr (stdout is CMD's alone), and exit as CMD did: 128 + N
     for a command killed by signal N, as a shell reports it; EXIT_DIVERGED for a command that
     exited 0 although its run diverged."""
-    click.echo(f"forkpoint: run {result.run_id} {result.status}, {result.steps} steps", err=True)
+    echo(f"forkpoint: run {result.run_id} {result.status}, {result.steps} steps", err=True)
     code = result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
     if code == 0 and result.status is RunStatus.DIVERGED:
-        click.echo(
+        echo(
             f"forkpoint: the run diverged from its recording (exit {EXIT_DIVERGED}); "
             f"see: forkpoint show {result.run_id}",
             err=True,
