@@ -39,7 +39,7 @@ def diff(
     # Imported here: every forkpoint command imports this module, only diff needs rich.
     from rich.console import Console
 
-    from forkpoint.cli.terminal import VisibleFile
+    from forkpoint.cli.terminal import visible_stream
     from forkpoint.compare.html import diff_html
     from forkpoint.compare.render import diff_json, print_diff
 
@@ -49,5 +49,5 @@ def diff(
     if as_json:
         click.echo(orjson.dumps(diff_json(result), option=orjson.OPT_INDENT_2).decode())
     else:
-        console = Console(file=VisibleFile(sys.stdout), highlight=False)
+        console = Console(file=visible_stream(sys.stdout), highlight=False)
         print_diff(result, console, all_steps=all_steps)

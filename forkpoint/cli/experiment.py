@@ -70,7 +70,7 @@ def _report(experiment: Experiment, as_json: bool, html_file: Path | None) -> No
     # Imported here: every forkpoint command imports this module, only these need rich.
     from rich.console import Console
 
-    from forkpoint.cli.terminal import VisibleFile
+    from forkpoint.cli.terminal import visible_stream
     from forkpoint.compare.experiment_html import experiment_html
     from forkpoint.compare.experiment_render import experiment_json, print_experiment
 
@@ -79,7 +79,7 @@ def _report(experiment: Experiment, as_json: bool, html_file: Path | None) -> No
     if as_json:
         _json(experiment_json(experiment))
     else:
-        print_experiment(experiment, Console(file=VisibleFile(sys.stdout), highlight=False))
+        print_experiment(experiment, Console(file=visible_stream(sys.stdout), highlight=False))
 
 
 json_option = click.option(

@@ -10,11 +10,11 @@ shows every other control character.
 from __future__ import annotations
 
 import re
-from typing import IO
+from typing import IO, cast
 
 import click
 
-__all__ = ["VisibleFile", "echo", "visible"]
+__all__ = ["VisibleFile", "echo", "visible", "visible_stream"]
 
 # C0 and C1 controls but newline and tab, DEL, and the bidirectional overrides and isolates
 _CONTROL = r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
@@ -57,3 +57,8 @@ class VisibleFile:
 
     def fileno(self) -> int:
         return self._file.fileno()
+
+
+def visible_stream(file: IO[str]) -> IO[str]:
+    """`file` through a VisibleFile, typed as the stream rich's Console takes."""
+    return cast(IO[str], VisibleFile(file))
