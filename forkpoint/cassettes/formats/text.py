@@ -236,7 +236,8 @@ def loads(
             "fix the file or re-record it"
         ) from None
     except yaml.YAMLError as error:
-        raise CassetteError(f"{source}: not valid YAML ({error})") from None
+        what = " ".join(str(error).split())  # PyYAML's reader errors span lines
+        raise CassetteError(f"{source}: not valid YAML ({what})") from None
     try:
         _check_versions(document)
         return _read(document, Path(source).stem, routes or {})
