@@ -299,3 +299,39 @@ def test_each_malformed_request_is_a_400_and_one_line_in_the_log(tmp_path, raw):
     assert "Traceback" not in log and "\x1b" not in log, log
     assert 3 <= len(lines) <= len(MALFORMED), log  # one line each, or none (aiohttp's choice)
     assert all(line.startswith("Error handling request from") for line in lines), log
+
+
+@pytest.mark.parametrize("expect", [b"\x80\xff", b"something-else"])
+def test_an_expect_header_forkpoint_cannot_meet_is_a_417_not_a_500(start_proxy, raw, expect):
+    """Found by tests/fuzz: aiohttp's own Expect handler failed on a value not in UTF-8."""
+    thread = start_proxy(None, routes={"tools": raw.url})
+    thread.record()
+    parts = urlsplit(thread.proxy.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: %s\r\n"
+            b"Content-Length: 2\r\nConnection: close\r\n\r\n{}" % expect
+        )
+        answer = b""
+        while data := sock.recv(4096):
+            answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 417"), answer
+    assert json.loads(body)["error"]["type"] == "forkpoint_expect"
+
+
+def test_expect_100_continue_still_gets_its_continue(start_proxy, raw):
+    thread = start_proxy(None, routes={"tools": raw.url})
+    thread.record()
+    parts = urlsplit(thread.proxy.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /tools/echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Content-Length: 2\r\nConnection: close\r\n\r\n"
+        )
+        assert sock.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(b"{}")
+        answer = b""
+        while data := sock.recv(4096):
+            answer += data
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"{}")
