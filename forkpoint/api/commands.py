@@ -189,7 +189,8 @@ async def _run(
 
             proxy = Proxy(
                 store, config, pace=options.pace, host=options.host, port=options.port,
-                read_timeout=options.read_timeout, max_body=options.max_body,
+                read_timeout=options.read_timeout, client_timeout=options.client_timeout,
+                max_body=options.max_body,
                 snapshot_policy=options.snapshots, intercept=options.intercept,
                 adapter_hosts=options.adapter_hosts, token=options.token,
             )  # fmt: skip

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from forkpoint.api.config import ProjectConfig, find_project_config, normalizer
 from forkpoint.cassettes.sqlite import DEFAULT_PATH
 from forkpoint.engine.config import (
+    DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_RECORD_BODY,
     DEFAULT_UPSTREAM,
@@ -50,6 +51,8 @@ class Options:
     read_timeout: how long an upstream may stall (s); max_body: the largest request (bytes).
     max_record_body: the most of a response body recorded (bytes); the agent gets it all,
         the cassette what was kept, marked incomplete.
+    client_timeout: how long an agent may take sending a request head, stall in its body, or
+        keep an idle connection (s).
     pace: how replayed streams are timed. on_divergence: a request the recording lacks.
     restore: give a fork's agent its state snapshot (else it starts fresh).
     workspace: a directory snapshotted with the run and restored on fork and resume.
@@ -76,6 +79,7 @@ class Options:
     host: str = "127.0.0.1"
     port: int = 0
     read_timeout: float = 600.0
+    client_timeout: float = DEFAULT_CLIENT_TIMEOUT
     max_body: int = DEFAULT_MAX_BODY
     max_record_body: int = DEFAULT_MAX_RECORD_BODY
     pace: Pace = Pace()

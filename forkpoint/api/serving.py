@@ -54,7 +54,7 @@ async def aserve(
             port=options.port, pace=options.pace, read_timeout=options.read_timeout,
             max_body=options.max_body, snapshot_policy=options.snapshots,
             intercept=options.intercept, adapter_hosts=options.adapter_hosts,
-            token=options.token,
+            token=options.token, client_timeout=options.client_timeout,
         )  # fmt: skip
         if replay is not None:  # a replaying proxy serves that replay alone, whatever is named
             session = await proxy.sessions.replay(replay, on_divergence=options.on_divergence)

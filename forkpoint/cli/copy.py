@@ -6,6 +6,7 @@ import click
 
 from forkpoint import api
 from forkpoint.cli.options import reports_errors
+from forkpoint.cli.terminal import echo
 from forkpoint.models import Run
 
 
@@ -26,10 +27,10 @@ def copy_command(source: str, target: str, runs: tuple[str, ...]) -> None:
 
     def said(run: Run, steps: int | None) -> None:
         what = "already there" if steps is None else f"{steps} steps"
-        click.echo(f"forkpoint: {run.id} ({run.name or '-'}): {what}", err=True)
+        echo(f"forkpoint: {run.id} ({run.name or '-'}): {what}", err=True)
 
     done = api.copy(source, target, runs, on_run=said)
-    click.echo(
+    echo(
         f"forkpoint: copied {len(done.copied)} runs ({sum(s for _, s in done.copied)} steps), "
         f"{len(done.skipped)} already there",
         err=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -38,6 +39,7 @@ def diff(
     # Imported here: every forkpoint command imports this module, only diff needs rich.
     from rich.console import Console
 
+    from forkpoint.cli.terminal import visible_stream
     from forkpoint.compare.html import diff_html
     from forkpoint.compare.render import diff_json, print_diff
 
@@ -47,4 +49,5 @@ def diff(
     if as_json:
         click.echo(orjson.dumps(diff_json(result), option=orjson.OPT_INDENT_2).decode())
     else:
-        print_diff(result, Console(highlight=False), all_steps=all_steps)
+        console = Console(file=visible_stream(sys.stdout), highlight=False)
+        print_diff(result, console, all_steps=all_steps)

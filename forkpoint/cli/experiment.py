@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from forkpoint.cli.options import (
     reports_errors,
     upstream_options,
 )
+from forkpoint.cli.terminal import echo
 from forkpoint.compare.experiment_results import Experiment
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import OnDivergence
@@ -68,6 +70,7 @@ def _report(experiment: Experiment, as_json: bool, html_file: Path | None) -> No
     # Imported here: every forkpoint command imports this module, only these need rich.
     from rich.console import Console
 
+    from forkpoint.cli.terminal import visible_stream
     from forkpoint.compare.experiment_html import experiment_html
     from forkpoint.compare.experiment_render import experiment_json, print_experiment
 
@@ -76,7 +79,7 @@ def _report(experiment: Experiment, as_json: bool, html_file: Path | None) -> No
     if as_json:
         _json(experiment_json(experiment))
     else:
-        print_experiment(experiment, Console(highlight=False))
+        print_experiment(experiment, Console(file=visible_stream(sys.stdout), highlight=False))
 
 
 json_option = click.option(
@@ -184,14 +187,14 @@ def experiment(
         done.append(branch)
         outcome = "failed: " + branch.error.splitlines()[0] if branch.error else "finished"
         label = source.name or source.id
-        click.echo(
+        echo(
             f"forkpoint: [{len(done)}/{total}] {label} → {branch.branch_id or '-'} {outcome}",
             err=True,
         )
 
     results = api.experiment(experiment_spec, options, on_branch=progress)
     _report(results, as_json, html_file)
-    click.echo(
+    echo(
         f"forkpoint: experiment {results.name} stored (forkpoint experiment show {results.name})",
         err=True,
     )
@@ -234,9 +237,9 @@ def list_command(cassette: str | None, as_json: bool) -> None:
     for e, runs, failed in found:
         when = datetime.datetime.fromtimestamp(e.created_at).strftime("%Y-%m-%d %H:%M")
         state = "" if e.ended_at is not None else "  (interrupted)"
-        click.echo(
+        echo(
             f"{e.name:28}  {when}  {runs:>4} runs  {failed:>3} failed  "
             f"at {e.spec['at']}  {_change_text(e.spec['change'])}{state}"
         )
     if not found:
-        click.echo("forkpoint: no experiment in this cassette yet", err=True)
+        echo("forkpoint: no experiment in this cassette yet", err=True)

@@ -10,6 +10,7 @@ import orjson
 
 from forkpoint import api
 from forkpoint.cli.options import cassette_option, prices, reports_errors
+from forkpoint.cli.terminal import echo
 from forkpoint.compare.cost import exchange_cost, run_totals, usd
 from forkpoint.errors import CassetteError
 from forkpoint.models import Exchange, Run
@@ -36,22 +37,22 @@ def runs(cassette: str | None, as_json: bool, last: int, every: bool) -> None:
     found = [(r.run, r.exchanges) for r in api.runs(options, newest=newest, damaged=damaged)]
     held, journals = api.held(options)
     if newest is not None and len(found) == newest:
-        click.echo(f"forkpoint: the newest {newest} runs (older ones: --last N, --all)", err=True)
+        echo(f"forkpoint: the newest {newest} runs (older ones: --last N, --all)", err=True)
     for run_id in held.keys() - {run.id for run, _ in found}:
-        click.echo(f"forkpoint: run {run_id} has {held[run_id]} exchanges held in the journal "
-                   f"{journals}, not in the cassette yet", err=True)  # fmt: skip
+        echo(f"forkpoint: run {run_id} has {held[run_id]} exchanges held in the journal "
+             f"{journals}, not in the cassette yet", err=True)  # fmt: skip
     if as_json:
         documents = [{**_run_json(r, e), "held": held.get(r.id, 0)} for r, e in found]
         click.echo(orjson.dumps(documents, option=orjson.OPT_INDENT_2))
         return _exit_if(damaged)
-    click.echo(
+    echo(
         f"{'id':30}  {'status':9}  {'steps':>5}  {'tokens':>7}  {'cost':>10}  {'mode':6}  "
         "name / change"
     )
     for depth, (run, exchanges) in tree_order(found):
         totals = run_totals(exchanges)
         indent = "  " * (depth - 1) + "└─ " if depth else ""
-        click.echo(
+        echo(
             f"{indent + run.id:30}  {run.status:9}  {len(exchanges):>5}  {totals.tokens:>7}  "
             f"{usd(totals.cost_usd):>10}  {run.mode:6}  {run.name or ''}{describe_branch(run)}"
             + (f"  [{held[run.id]} held in journal {journals}]" if run.id in held else "")
@@ -62,7 +63,7 @@ def runs(cassette: str | None, as_json: bool, last: int, every: bool) -> None:
 def _exit_if(damaged: list[CassetteError]) -> None:
     """After showing what could be read: what could not, on stderr, and exit 1."""
     for error in damaged:
-        click.echo(f"forkpoint: {error} (left out)", err=True)
+        echo(f"forkpoint: {error} (left out)", err=True)
     if damaged:
         sys.exit(1)
 
@@ -116,8 +117,8 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
         }
         click.echo(orjson.dumps(document, option=orjson.OPT_INDENT_2))
         return _exit_if(damaged)
-    click.echo(f"run {found.id}  {found.status}  {found.name or ''}")
-    click.echo(
+    echo(f"run {found.id}  {found.status}  {found.name or ''}")
+    echo(
         f"{'step':>4}  {'kind':5}  {'origin':8}  {'status':>6}  {'model':22}  "
         f"{'in':>6}  {'out':>6}  {'cost':>10}  {'ms':>8}  route / tool calls"
     )
@@ -128,7 +129,7 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
         flag = "" if e.complete else "  [incomplete]"
         if e.note:  # served though not an exact match: say what was set aside
             flag += f"  [{e.note}]"
-        click.echo(
+        echo(
             f"{e.step:>4}  {s.kind if s else '':5}  {e.origin:8}  {e.status or '-':>6}  "
             f"{(s.model if s else None) or '-':22}  {usage.input if usage else '-':>6}  "
             f"{usage.output if usage else '-':>6}  {usd(exchange_cost(e)):>10}  "
@@ -137,7 +138,7 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
         )
     totals = run_totals(exchanges)
     replayed = f", {totals.replayed_steps} replayed at $0" if totals.replayed_steps else ""
-    click.echo(
+    echo(
         f"total: {totals.tokens} tokens, {usd(totals.cost_usd)} ({totals.prices}), "
         f"LLM {totals.llm_ms:.0f} ms, tools {totals.tool_ms:.0f} ms, "
         f"wall {totals.wall_ms:.0f} ms{replayed}"
@@ -225,10 +226,10 @@ def snapshots(cassette: str | None, run: str, as_json: bool) -> None:
         ]
         click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
         return
-    click.echo(f"run {found.id}  {found.status}  {len(taken)} snapshots")
-    click.echo(f"{'step':>4}  {'adapter':12}  {'size':>10}  {'ms':>7}  content type / error")
+    echo(f"run {found.id}  {found.status}  {len(taken)} snapshots")
+    echo(f"{'step':>4}  {'adapter':12}  {'size':>10}  {'ms':>7}  content type / error")
     for s in taken:
         detail = s.content_type if s.ok else f"FAILED: {s.error}"
-        click.echo(
+        echo(
             f"{s.step:>4}  {s.adapter:12}  {s.size:>10}  {s.duration_ms or 0:>7.1f}  {detail}"
         )

@@ -17,7 +17,9 @@ from typing import Any
 import click
 
 from forkpoint.api import RunResult, make_change
+from forkpoint.cli.terminal import echo
 from forkpoint.engine.config import (
+    DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_RECORD_BODY,
     DEFAULT_UPSTREAM,
@@ -93,14 +95,21 @@ def limit_options(command: Command) -> Command:
         help="Largest request body accepted, MiB.",
     )(command)  # fmt: skip
     command = click.option(
+        "--client-timeout", default=DEFAULT_CLIENT_TIMEOUT, show_default=True,
+        help="How long an agent may take to send a request's head, or stall in its body, "
+        "and how long an idle connection is kept, s.",
+    )(command)  # fmt: skip
+    command = click.option(
         "--max-record-body", default=DEFAULT_MAX_RECORD_BODY // 2**20, show_default=True,
         type=click.IntRange(min=0),
         help="Most of a response body recorded, MiB (the agent gets it all; the cassette "
         "marks the rest not kept).",
     )(command)  # fmt: skip
     return click.option(
-        "--read-timeout", default=600.0, show_default=True, help="Upstream stall limit, s."
-    )(command)
+        "--read-timeout", default=600.0, show_default=True,
+        help="How long an upstream may stall before its first byte or between two, s "
+        "(minutes: models pause long between stream events).",
+    )(command)  # fmt: skip
 
 
 def snapshot_options(command: Command) -> Command:
@@ -299,7 +308,7 @@ def reports_errors(command: Command) -> Command:
         try:
             return command(*args, **kwargs)
         except ForkpointError as error:
-            click.echo(f"forkpoint: {error}", err=True)
+            echo(f"forkpoint: {error}", err=True)
             sys.exit(EXIT_USAGE)
 
     return wrapper
@@ -332,7 +341,7 @@ def prices(command: Command) -> Command:
             result = command(*args, **kwargs)
         if models:
             named = ", ".join(repr(m) for m in sorted(models))
-            click.echo(f"forkpoint: no price in {PRICES} for {named}: shown as unknown", err=True)
+            echo(f"forkpoint: no price in {PRICES} for {named}: shown as unknown", err=True)
         return result
 
     return wrapper
@@ -342,10 +351,10 @@ def report_run(result: RunResult) -> None:
     """Say how the run ended, on stderr (stdout is CMD's alone), and exit as CMD did: 128 + N
     for a command killed by signal N, as a shell reports it; EXIT_DIVERGED for a command that
     exited 0 although its run diverged."""
-    click.echo(f"forkpoint: run {result.run_id} {result.status}, {result.steps} steps", err=True)
+    echo(f"forkpoint: run {result.run_id} {result.status}, {result.steps} steps", err=True)
     code = result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
     if code == 0 and result.status is RunStatus.DIVERGED:
-        click.echo(
+        echo(
             f"forkpoint: the run diverged from its recording (exit {EXIT_DIVERGED}); "
             f"see: forkpoint show {result.run_id}",
             err=True,

@@ -35,9 +35,9 @@ from forkpoint.runtime.intercept import InterceptOptions
 def record(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], name: str | None,
-    labels: tuple[str, ...], port: int, read_timeout: float, max_body: int,
-    max_record_body: int,
-    workspace: str | None, snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None,
+    labels: tuple[str, ...], port: int, read_timeout: float, client_timeout: float,
+    max_body: int, max_record_body: int, workspace: str | None,
+    snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None,
     cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Run CMD with its API traffic recorded as a new run.
@@ -52,8 +52,8 @@ def record(
         redact=redact,
         cassette=cassette, upstream=upstream, routes=parse_routes(routes), name=name,
         labels=parse_pairs(labels, "--label"), port=port, read_timeout=read_timeout,
-        max_body=max_body * 2**20, max_record_body=max_record_body * 2**20,
-        workspace=workspace, snapshots=snapshot_policy,
-        intercept=intercept,
+        client_timeout=client_timeout, max_body=max_body * 2**20,
+        max_record_body=max_record_body * 2**20, workspace=workspace,
+        snapshots=snapshot_policy, intercept=intercept,
     )  # fmt: skip
     report_run(api.record(cmd, options))

@@ -45,8 +45,8 @@ from forkpoint.runtime.intercept import InterceptOptions
 def serve(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], host: str, port: int,
-    replay_run: str | None, pace: str, read_timeout: float, max_body: int,
-    max_record_body: int,
+    replay_run: str | None, pace: str, read_timeout: float, client_timeout: float,
+    max_body: int, max_record_body: int,
     intercept: InterceptOptions | None, adapter_hosts: tuple[str, ...], token: str | None,
 ) -> None:  # fmt: skip
     """Serve the proxy until interrupted, recording every run that comes through.
@@ -64,7 +64,8 @@ def serve(
         redact=redact,
         cassette=cassette, host=host, port=port, upstream=upstream,
         routes=parse_routes(routes), pace=Pace.parse(pace), read_timeout=read_timeout,
-        max_body=max_body * 2**20, max_record_body=max_record_body * 2**20,
+        client_timeout=client_timeout, max_body=max_body * 2**20,
+        max_record_body=max_record_body * 2**20,
         intercept=intercept, adapter_hosts=adapter_hosts,
         token=token,
     )  # fmt: skip

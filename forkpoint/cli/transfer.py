@@ -9,6 +9,7 @@ import click
 from forkpoint import api
 from forkpoint.cassettes.transfer import FORMATS
 from forkpoint.cli.options import cassette_option, parse_routes, reports_errors
+from forkpoint.cli.terminal import echo
 
 
 @click.command("export")
@@ -35,7 +36,7 @@ def export_command(cassette: str | None, run: str, fmt: str, output: str | None)
         return
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     Path(output).write_text(content, encoding="utf-8")
-    click.echo(f"forkpoint: wrote {output}", err=True)
+    echo(f"forkpoint: wrote {output}", err=True)
 
 
 @click.command("import")
@@ -70,5 +71,5 @@ def import_command(
         options=api.Options(cassette=cassette),
     )
     run = imported.run
-    click.echo(f"forkpoint: imported run {run.id} ({run.name}), {imported.steps} steps", err=True)
+    echo(f"forkpoint: imported run {run.id} ({run.name}), {imported.steps} steps", err=True)
     click.echo(run.id)

@@ -20,18 +20,20 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
-from typing import assert_never
+from typing import Any, assert_never
 from urllib.parse import urlsplit
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from forkpoint.doors.auth import tokens
 from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
 from forkpoint.doors.mocks import run_mock
 from forkpoint.doors.ports import Recorder, Sender, Sessions, Snapshots
+from forkpoint.doors.server_log import SERVER_LOG
 from forkpoint.doors.sockets import Sockets
 from forkpoint.engine.config import (
+    DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
     INTERCEPT_HEADER,
     ORIGIN_HEADER,
@@ -50,7 +52,7 @@ from forkpoint.engine.decide import (
     error_reply,
     snapshot_point,
 )
-from forkpoint.engine.encoding import decode_headers
+from forkpoint.engine.encoding import UndecodableBody, check_body, decode_headers, header
 from forkpoint.engine.frames import is_upgrade
 from forkpoint.engine.lifecycle import (
     Body,
@@ -80,6 +82,19 @@ log = logging.getLogger(__name__)
 
 RUN_PREFIX = "/r/"
 
+# How aiohttp's server must run the gateway (`web.AppRunner(gateway.app, **SERVER_OPTIONS)`):
+# request bodies as sent (aiohttp would decompress them, and the upstream and the cassette would
+# get plain bytes still labelled gzip), and a handler cancelled when its agent hangs up, so a
+# stalled upstream request is cancelled and its connection released; a malformed request logged
+# in one line.
+SERVER_OPTIONS: dict[str, Any] = {
+    "auto_decompress": False,
+    "handler_cancellation": True,
+    "logger": SERVER_LOG,
+}
+# How long an answer that was under way when its agent left may still run (s).
+HANGUP_GRACE = 2.0
+
 
 class Gateway:
     def __init__(
@@ -92,6 +107,7 @@ class Gateway:
         snapshots: Snapshots,
         pace: Pace = Pace(),
         max_body: int = DEFAULT_MAX_BODY,
+        client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
         intercept_secret: str | None = None,
         adapter_hosts: Iterable[str] = (),
         token: str | None = None,
@@ -105,21 +121,35 @@ class Gateway:
         self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace, sessions=sessions)
         self.pace = pace
         self.max_body = max_body
+        self.client_timeout = client_timeout
         self._secret = intercept_secret
         # the token (doors/auth.py) is checked and taken off before `handle` reads anything
         middlewares = tokens(token, intercept_secret)
         self.app = web.Application(client_max_size=max_body, middlewares=middlewares)
-        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.app.router.add_route("*", "/{tail:.*}", self.handle, expect_handler=self._expect)
         self.app.on_shutdown.append(self.sockets.close_all)  # open websockets end the stop
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         config, run_id, route = self._target(request)
         try:
-            body = await request.read()
+            body = await self._body(request)
         except web.HTTPRequestEntityTooLarge:
             message = f"forkpoint: request body over the {self.max_body} byte limit (--max-body)"
             return _error(request.method, route, 413, message, "forkpoint_body_too_large")
+        except TimeoutError:
+            message = (
+                f"forkpoint: the request body stalled for {self.client_timeout:g} s "
+                "(--client-timeout)"
+            )
+            response = _error(request.method, route, 408, message, "forkpoint_client_timeout")
+            response.force_close()
+            return response
+        try:
+            check_body(body, header(decode_headers(request.raw_headers), "content-encoding"))
+        except UndecodableBody as error:
+            message = f"forkpoint: the request body is not what its Content-Encoding says: {error}"
+            return _error(request.method, route, 400, message, "forkpoint_bad_encoding")
         try:
             session = await self.sessions.get(run_id)
         except ConfigError as error:
@@ -158,7 +188,45 @@ class Gateway:
             else self.snapshots.on_request(session.run.id, action.record.step, llm=llm)
         )
         events = events or self._events(action, started)
-        return await self._respond(request, tee, events, pulls)
+        responding = asyncio.ensure_future(self._respond(request, tee, events, pulls))
+        try:
+            return await asyncio.shield(responding)
+        except asyncio.CancelledError:  # the agent hung up: aiohttp cancels its handler
+            if tee.record.status is not None:
+                # An answer under way goes on until its next write fails, as it would without
+                # forkpoint (an SDK that leaves on `[DONE]` got a complete answer), for a while.
+                await asyncio.wait([responding], timeout=HANGUP_GRACE)
+            responding.cancel()  # a stalled upstream request is given up and its connection freed
+            await asyncio.wait([responding])
+            raise
+
+    async def _expect(self, request: web.Request) -> web.StreamResponse | None:
+        """`Expect: 100-continue` gets its continue, as from aiohttp; any other expectation a
+        417 in the API's shape (aiohttp's own answer failed on a value not in UTF-8: a 500)."""
+        if request.version != HttpVersion11:
+            return None
+        if request.headers.get("expect", "").lower() == "100-continue":
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the answer's size counts from its own head
+            return None
+        _, _, route = self._target(request)
+        message = "forkpoint: the request's Expect header is not one it can meet (100-continue)"
+        return _error(request.method, route, 417, message, "forkpoint_expect")
+
+    async def _body(self, request: web.Request) -> bytes:
+        """The request body, whole; TimeoutError when the agent stalls in it past the client
+        timeout (the clock starts again at each piece, so a slow upload is not cut)."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self.client_timeout) as clock:
+            parts: list[bytes] = []
+            size = 0
+            while data := await request.content.readany():
+                size += len(data)
+                if size > self.max_body:
+                    raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=size)
+                parts.append(data)
+                clock.reschedule(loop.time() + self.client_timeout)
+        return b"".join(parts)
 
     def _target(self, request: web.Request) -> tuple[EngineConfig, str | None, str]:
         """The engine config, run id and route of a request: the interceptor's carry the

@@ -158,8 +158,10 @@ class _Serving:
             if self._reading is not None:
                 self._reading.cancel()
             if self._upstream is not None:
+                # shielded: the agent's hang-up cancels this handler, not the upstream's close
+                closing = asyncio.ensure_future(self._upstream.close())
                 with contextlib.suppress(Exception):
-                    await self._upstream.close()
+                    await asyncio.shield(closing)
 
     async def _carry_out(self, commands: list[Command]) -> None:
         for command in commands:

@@ -24,6 +24,10 @@ DEFAULT_MAX_BODY = 256 * 1024 * 1024
 # The most of a response body a recording keeps (the agent always gets all of it): past it,
 # the exchange is recorded as what was kept, incomplete, so memory stays flat (issue 14.6).
 DEFAULT_MAX_RECORD_BODY = 32 * 1024 * 1024
+
+# How long an agent may take to send a request's head or stall in its body, and how long its
+# idle connection is kept (s): a client that sends slowly cannot hold a connection forever.
+DEFAULT_CLIENT_TIMEOUT = 60.0
 # Where a recording sends requests when told nothing else: the default route goes to OpenAI,
 # `/anthropic/...` to Anthropic (the base URLs `forkpoint record` gives a command).
 DEFAULT_UPSTREAM = "https://api.openai.com"

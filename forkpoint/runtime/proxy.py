@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiohttp import web
 
 from forkpoint.cassettes.store import Store
-from forkpoint.doors.gateway import Gateway
+from forkpoint.doors.gateway import SERVER_OPTIONS, Gateway
 from forkpoint.doors.ports import Sender
 from forkpoint.doors.reach import is_loopback, token_for
-from forkpoint.engine.config import DEFAULT_MAX_BODY, EngineConfig
+from forkpoint.engine.config import DEFAULT_CLIENT_TIMEOUT, DEFAULT_MAX_BODY, EngineConfig
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.session import Session
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
@@ -50,6 +50,7 @@ class Proxy:
         host: str = "127.0.0.1",
         port: int = 0,
         read_timeout: float = 600.0,
+        client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
         max_body: int = DEFAULT_MAX_BODY,
         snapshot_policy: SnapshotPolicy = SnapshotPolicy(),
         intercept: InterceptOptions | None = None,
@@ -86,6 +87,7 @@ class Proxy:
             snapshots=self.snapshots,
             pace=pace,
             max_body=max_body,
+            client_timeout=client_timeout,
             intercept_secret=secret,
             adapter_hosts=adapter_hosts,
             token=self.token,
@@ -103,7 +105,11 @@ class Proxy:
         """Serve on `listening` (a socket its caller bound sooner, so a client could be
         started before the proxy was), else on the host and port given; returns the URL."""
         await self.recorder.start()
-        self._runner = web.AppRunner(self.gateway.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.gateway.app, access_log=None, handle_signals=False,
+            # an agent's idle connection, or one whose request head never ends, is closed then
+            keepalive_timeout=self.gateway.client_timeout, **SERVER_OPTIONS,
+        )  # fmt: skip
         await self._runner.setup()
         site: web.BaseSite
         if listening is not None:

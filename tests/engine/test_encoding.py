@@ -4,7 +4,13 @@ import zlib
 import brotli
 import pytest
 
-from forkpoint.engine.encoding import UndecodableBody, decode_body, header
+from forkpoint.engine.encoding import (
+    TooLargeToDecode,
+    UndecodableBody,
+    check_body,
+    decode_body,
+    header,
+)
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -126,3 +132,30 @@ def test_header_is_case_insensitive_and_joins_repeats() -> None:
     repeated = (("Content-Encoding", "gzip"), ("content-encoding", "br"))
     assert header(repeated, "content-encoding") == "gzip, br"
     assert decode_body(brotli.compress(gzip.compress(BODY)), header(repeated, "content-encoding"))
+
+
+@pytest.mark.parametrize("coding", sorted(COMPRESS))
+def test_a_body_past_the_limit_is_too_large_to_decode_and_not_expanded(coding: str) -> None:
+    body = COMPRESS[coding](b"x" * 4096)
+    assert decode_body(body, coding, limit=4096) == b"x" * 4096
+    with pytest.raises(TooLargeToDecode):
+        decode_body(body, coding, limit=4095)
+
+
+def test_a_gzip_bomb_is_refused_after_the_limit_without_decoding_it_whole() -> None:
+    bomb = gzip.compress(b"\0" * 2**26) * 16  # 1 MB of members, 1 GiB decoded
+    with pytest.raises(TooLargeToDecode):
+        decode_body(bomb, "gzip")  # the default limit is 32 MiB
+    with pytest.raises(TooLargeToDecode):
+        decode_body(gzip.compress(bomb), "gzip, gzip", limit=2**20)
+
+
+def test_check_body_refuses_corrupt_data_only() -> None:
+    check_body(gzip.compress(BODY), "gzip")
+    check_body(b"anything", "x-unknown")  # the upstream may know it
+    check_body(gzip.compress(BODY), "gzip", limit=10)  # past the limit: not read, not refused
+    for coding in sorted(COMPRESS):
+        with pytest.raises(UndecodableBody, match=coding):
+            check_body(b"\x1f\x8b not it", coding)
+    with pytest.raises(UndecodableBody, match="truncated"):
+        check_body(gzip.compress(BODY)[:-12], "gzip")

@@ -104,7 +104,7 @@ def _entry(e: Exchange) -> dict[str, Any]:
     if raw:
         extras["raw"] = raw
     return {
-        "startedDateTime": datetime.fromtimestamp(e.started_at, UTC).isoformat(),
+        "startedDateTime": _started(e.started_at),
         "time": duration,
         "request": request,
         "response": {
@@ -286,6 +286,14 @@ def _content_bytes(content: dict[str, Any], path: Where) -> bytes:
         except ValueError:
             raise Invalid((*path, "content"), "invalid base64 in `text`") from None
     return str(text).encode("utf-8")
+
+
+def _started(timestamp: float) -> str:
+    """A start time as HAR's ISO date; one no date can hold (a damaged row) as the epoch."""
+    try:
+        return datetime.fromtimestamp(timestamp, UTC).isoformat()
+    except (OverflowError, OSError, ValueError):
+        return datetime.fromtimestamp(0, UTC).isoformat()
 
 
 def _timestamp(value: Any) -> float:

@@ -58,7 +58,8 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Dumper(_BaseDumper):  # type: ignore[misc, valid-type]
-    pass
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # a cassette has no anchors or aliases: the reader refuses them
 
 
 class _Flow(list):  # type: ignore[type-arg]
@@ -230,6 +231,7 @@ def loads(
     through the gateway, e.g. `{"anthropic": "https://api.anthropic.com"}`.
     """
     try:
+        _refuse_aliases(text, source)
         document = yaml.load(text, Loader=_Loader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
@@ -239,7 +241,8 @@ def loads(
             "fix the file or re-record it"
         ) from None
     except yaml.YAMLError as error:
-        raise CassetteError(f"{source}: not valid YAML ({error})") from None
+        what = " ".join(str(error).split())  # PyYAML's reader errors span lines
+        raise CassetteError(f"{source}: not valid YAML ({what})") from None
     try:
         _check_versions(document)
         return _read(document, Path(source).stem, routes or {})
@@ -357,6 +360,19 @@ def _headers(value: Any, path: Where) -> Headers:
         for item in values if isinstance(values, list) else [values]:
             pairs.append((str(name), str(item)))
     return tuple(pairs)
+
+
+def _refuse_aliases(text: str, source: str) -> None:
+    """Refuse YAML aliases (`*name`): a few hundred bytes of them expand to gigabytes (an
+    alias bomb) in whatever walks the document; no cassette needs them."""
+    if "*" not in text:
+        return
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, yaml.AliasEvent):
+            raise CassetteError(
+                f"{source}, line {event.start_mark.line + 1}: a YAML alias (*{event.anchor}) "
+                "is not read in a cassette (aliases can expand without bound); write the value out"
+            )
 
 
 def _line(text: str, path: Where) -> int:

@@ -120,3 +120,14 @@ def test_errors_say_where(document, error):
 def test_a_newer_format_is_a_schema_version_error():
     with pytest.raises(SchemaVersionError):
         har.loads('{"log": {"entries": [], "_forkpoint": {"format_version": 5}}}')
+
+
+@pytest.mark.parametrize("started_at", [1e20, -1e20, float("inf"), float("nan")])
+def test_a_start_time_no_date_can_hold_exports_as_the_epoch(started_at):
+    from tests.builders import exchange
+
+    text = har.dumps(Run(id="r"), [exchange(started_at=started_at)])
+    [entry] = orjson.loads(text)["log"]["entries"]
+    assert entry["startedDateTime"] == "1970-01-01T00:00:00+00:00"
+    _, [back] = har.loads(text)
+    assert back.started_at == 0.0 and back.response_body == b'{"ok":1}'

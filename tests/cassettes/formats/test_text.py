@@ -304,3 +304,20 @@ def test_a_note_on_how_an_answer_was_chosen_is_kept_by_every_format():
     for fmt in (text, jsonl, har):
         _, [loaded] = fmt.loads(fmt.dumps(Run(id="r"), [noted]))
         assert loaded.note == noted.note, fmt.__name__
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
+    """627 bytes that expand to 9^9 strings: aliases are refused, with the file and line."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for index, name in enumerate("bcdefghi"):
+        previous = "abcdefghi"[index]
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+    lines += [
+        "interactions:",
+        "- request: {method: GET, uri: 'http://x/', body: null, headers: {x-bomb: *i}}",
+        "  response: {status: {code: 200, message: OK}, headers: {}, body: {string: ''}}",
+    ]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CassetteError, match=r"bomb.yaml, line 2: .*alias"):
+        text.read(path)
