@@ -88,15 +88,15 @@ def main() -> None:
     setup = frames.next()
     if setup is None:
         return
-    path, parent_path, match = pickle.loads(setup)
+    location, parent_path, match = pickle.loads(setup)
     # The match settings may name the parent's own normalizer functions.
     sys.path[:] = parent_path
 
-    from forkpoint.cassettes.sqlite.store import SqliteStore
+    from forkpoint.cassettes.open import open_store
     from forkpoint.runtime.recording.writer import CassetteWriter, Unavailable
 
     try:
-        store = SqliteStore(path, create=False)
+        store = open_store(location, create=False)
         writer = CassetteWriter(store, pickle.loads(match))
     except Exception as error:  # the proxy writes from its own process instead
         sys.exit(f"forkpoint: the cassette writer process cannot start: {error}")

@@ -22,7 +22,6 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.runtime.recording.child import HEADER, HELD, frame
@@ -57,13 +56,19 @@ def recorder_for(store: Store, match: MatchConfig) -> Recorder:
             log.error("forkpoint: cannot keep a journal in %s (%s): exchanges are held in "
                       "memory until committed", directory, error)  # fmt: skip
     inner: AdaptiveRecorder | ThreadRecorder
-    if isinstance(store, SqliteStore) and _portable(match):
+    if _reopenable(store) and _portable(match):
         inner = AdaptiveRecorder(store, match, journal=journal)
     else:
         inner = ThreadRecorder(store, match=match, journal=journal)
     if journal is None:
         return inner
     return Journaled(inner, journal, store, match)
+
+
+def _reopenable(store: Store) -> bool:
+    """Whether a writer process can open `store` again from where it is: an SQLite file or a
+    PostgreSQL database (their `location`), not a store in memory."""
+    return isinstance(getattr(store, "location", None), str)
 
 
 def _portable(match: MatchConfig) -> bool:
@@ -87,7 +92,7 @@ class AdaptiveRecorder:
     """
 
     def __init__(
-        self, store: SqliteStore, match: MatchConfig = MatchConfig(), *,
+        self, store: Store, match: MatchConfig = MatchConfig(), *,
         journal: Journal | None = None,
     ):  # fmt: skip
         self._store = store
@@ -143,7 +148,7 @@ class ProcessRecorder:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         match: MatchConfig = MatchConfig(),
         *,
         progress: Progress | None = None,
@@ -152,7 +157,10 @@ class ProcessRecorder:
         self._store = store
         self._match = match
         self._journal = journal
-        self._setup = pickle.dumps((str(store.path), sys.path, pickle.dumps(match)))
+        location = getattr(store, "location", None)
+        if not isinstance(location, str):
+            raise TypeError("a writer process opens its store again: an SQLite file or a database")
+        self._setup = pickle.dumps((location, sys.path, pickle.dumps(match)))
         self._progress = progress or Progress()
         self._unacked: deque[Entry] = deque()  # handed to the child, not yet committed
         self._batch: list[bytes] = []  # frames not sent yet
