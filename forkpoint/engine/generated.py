@@ -122,7 +122,10 @@ class _Masker:
     def text(self, text: str, *, paths: bool = True) -> str:
         inner = json_inside(text)
         if inner is not None:  # JSON carried in a string: masked field by field
-            return orjson.dumps(self.value(inner, ""), option=orjson.OPT_SORT_KEYS).decode()
+            try:
+                return orjson.dumps(self.value(inner, ""), option=orjson.OPT_SORT_KEYS).decode()
+            except (TypeError, RecursionError):  # nested deeper than it writes back: as text
+                pass
         pieces, at = [], 0
         for data in _BASE64.finditer(text):
             pieces += [self._piece(text[at : data.start()], paths), data.group()]

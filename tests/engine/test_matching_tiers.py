@@ -14,7 +14,9 @@ from typing import Any
 import orjson
 import pytest
 
+from forkpoint.engine import matching
 from forkpoint.engine.decide import Fail, Forward, Serve, decide
+from forkpoint.engine.matching import MatchConfig
 from forkpoint.engine.session import Session
 from forkpoint.models import Exchange, Mode, Origin, Run
 from tests.engine.test_decide import CONFIG, chat, post, recorded_run, replay_session
@@ -270,3 +272,17 @@ def test_a_side_call_that_failed_after_the_parents_fork_step_goes_live_in_the_fo
     assert isinstance(decide(session, post("/v1/chat/completions", chat("first")), CONFIG), Serve)
     early = decide(session, post("/v1/chat/completions", chat("side call")), CONFIG)
     assert isinstance(early, Forward)
+
+
+def test_json_too_deep_to_write_back_is_compared_as_its_text():
+    """Found by the gateway fuzz test: a replay miss on JSON nested 255 levels or more raised
+    in the similar tier (orjson reads 1,024 levels but writes 254), a 500 and a traceback."""
+    headers = (("content-type", "application/json"),)
+
+    def similar(depth: int) -> str:
+        body = b"[" * depth + b"]" * depth
+        value = matching.comparable("POST", "/v1/chat/completions", body, headers, MatchConfig())
+        assert value == {matching.TEXT: body.decode()}
+        return matching.similar_fingerprint("POST", "/v1/chat/completions", value)
+
+    assert similar(300) == similar(300) != similar(301)
