@@ -19,9 +19,10 @@ import pytest
 from aiohttp import web
 
 from forkpoint.runtime.loop_thread import LoopThread
+from tests.services import Service
 
 
-class RawService:
+class RawService(Service):
     """An upstream that keeps each request's body as it came over the wire (no decompression)
     and answers `/echo` with it."""
 
@@ -29,24 +30,12 @@ class RawService:
         self.received: list[tuple[dict[str, str], bytes]] = []
         app = web.Application(client_max_size=1024**3)
         app.router.add_route("*", "/echo", self.echo)
-        self._runner = web.AppRunner(app, auto_decompress=False, access_log=None)
-        self._thread = LoopThread("raw-service")
-        self.url = self._thread.call(self._start())
-
-    async def _start(self) -> str:
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        super().__init__(app, "raw-service", auto_decompress=False, access_log=None)
 
     async def echo(self, request: web.Request) -> web.Response:
         body = await request.read()
         self.received.append((dict(request.headers), body))
         return web.Response(body=body, content_type="application/json")
-
-    def stop(self) -> None:
-        self._thread.call(self._runner.cleanup())
-        self._thread.close()
 
 
 class StallingService:

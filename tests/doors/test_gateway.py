@@ -19,9 +19,10 @@ from aiohttp import web
 from forkpoint.models import Origin, RunStatus
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.upstream import ErrorReply, Reply, ScriptedUpstream
+from tests.services import Service
 
 
-class ToolService:
+class ToolService(Service):
     """An HTTP service with the awkward endpoints a tool API may have."""
 
     def __init__(self) -> None:
@@ -32,15 +33,7 @@ class ToolService:
         app.router.add_get("/stall", self.stall)
         app.router.add_get("/drip", self.drip)
         app.router.add_get("/status/{code}", self.status)
-        self._runner = web.AppRunner(app)
-        self._thread = LoopThread("tool-service")
-        self.url = self._thread.call(self._start())
-
-    async def _start(self) -> str:
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        super().__init__(app, "tool-service")
 
     async def echo(self, request: web.Request) -> web.Response:
         self.hits += 1
@@ -79,10 +72,6 @@ class ToolService:
         return web.json_response(
             {"error": {"message": f"status {code}"}}, status=code, headers={"Retry-After": "1"}
         )
-
-    def stop(self) -> None:
-        self._thread.call(self._runner.cleanup())
-        self._thread.close()
 
 
 @pytest.fixture

@@ -14,25 +14,17 @@ from websockets.sync.client import ClientConnection, connect
 
 from forkpoint.engine.pace import Pace
 from forkpoint.models import Origin
-from forkpoint.runtime.loop_thread import LoopThread
+from tests.services import Service
 
 
-class SocketService:
+class SocketService(Service):
     """`/ws` answers each message twice, 50 ms apart; `/refuse` refuses the handshake."""
 
     def __init__(self) -> None:
         app = web.Application()
         app.router.add_get("/ws", self.socket)
         app.router.add_get("/refuse", self.refuse)
-        self._runner = web.AppRunner(app)
-        self._thread = LoopThread("socket-service")
-        self.url = self._thread.call(self._start())
-
-    async def _start(self) -> str:
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        super().__init__(app, "socket-service")
 
     async def socket(self, request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse()
@@ -45,11 +37,6 @@ class SocketService:
 
     async def refuse(self, request: web.Request) -> web.Response:
         return web.json_response({"error": "no sockets for you"}, status=403)
-
-    def stop(self) -> None:
-        if not self._thread.loop.is_closed():
-            self._thread.call(self._runner.cleanup())
-            self._thread.close()
 
 
 @pytest.fixture
