@@ -145,8 +145,9 @@ class Gateway:
             response = _error(request.method, route, 408, message, "forkpoint_client_timeout")
             response.force_close()
             return response
+        headers = decode_headers(request.raw_headers)
         try:
-            check_body(body, header(decode_headers(request.raw_headers), "content-encoding"))
+            check_body(body, header(headers, "content-encoding"))
         except UndecodableBody as error:
             message = f"forkpoint: the request body is not what its Content-Encoding says: {error}"
             return _error(request.method, route, 400, message, "forkpoint_bad_encoding")
@@ -168,7 +169,7 @@ class Gateway:
             message = f"forkpoint: no step for this request in run {session.run.id}: {error}"
             log.warning("%s", message)
             return _error(request.method, route, 503, message, "forkpoint_store")
-        ours = Request(request.method, route, decode_headers(request.raw_headers), body)
+        ours = Request(request.method, route, headers, body)
         action = decide(session, ours, config, step=step)
         events = None
         if is_upgrade(ours.headers) and isinstance(action, Serve | Forward) and opens(action):
