@@ -56,7 +56,7 @@ def recorder_for(store: Store, match: MatchConfig) -> Recorder:
             log.error("forkpoint: cannot keep a journal in %s (%s): exchanges are held in "
                       "memory until committed", directory, error)  # fmt: skip
     inner: AdaptiveRecorder | ThreadRecorder
-    if _reopenable(store) and _portable(match):
+    if _location(store) is not None and _portable(match):
         inner = AdaptiveRecorder(store, match, journal=journal)
     else:
         inner = ThreadRecorder(store, match=match, journal=journal)
@@ -65,10 +65,11 @@ def recorder_for(store: Store, match: MatchConfig) -> Recorder:
     return Journaled(inner, journal, store, match)
 
 
-def _reopenable(store: Store) -> bool:
-    """Whether a writer process can open `store` again from where it is: an SQLite file or a
-    PostgreSQL database (their `location`), not a store in memory."""
-    return isinstance(getattr(store, "location", None), str)
+def _location(store: Store) -> str | None:
+    """Where a writer process opens `store` again: an SQLite file or a PostgreSQL database
+    (their `location`); None for a store in memory."""
+    location = getattr(store, "location", None)
+    return location if isinstance(location, str) else None
 
 
 def _portable(match: MatchConfig) -> bool:
@@ -157,8 +158,8 @@ class ProcessRecorder:
         self._store = store
         self._match = match
         self._journal = journal
-        location = getattr(store, "location", None)
-        if not isinstance(location, str):
+        location = _location(store)
+        if location is None:
             raise TypeError("a writer process opens its store again: an SQLite file or a database")
         self._setup = pickle.dumps((location, sys.path, pickle.dumps(match)))
         self._progress = progress or Progress()
