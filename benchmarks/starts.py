@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 0.5
 
 
-def timed(args: list[str], env: dict[str, str]) -> float:
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    """Wall seconds of one command in a fresh interpreter."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "forkpoint", *args], env=env, check=True,
+    subprocess.run(argv, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     return time.perf_counter() - started
 
@@ -44,23 +45,17 @@ def main() -> None:
         run = said.group(1) if said else "last"
         commands = {"--help": ["--help"], "runs": ["runs"], "show RUN": ["show", run]}
         times: dict[str, list[float]] = {name: [] for name in commands}
-        python = [timed_python(env) for _ in range(rounds)]
+        # the interpreter's own start, the floor under every command
+        python = [timed([sys.executable, "-c", "pass"], env) for _ in range(rounds)]
         for _ in range(rounds):
             for name, args in commands.items():
-                times[name].append(timed(args, env))
+                times[name].append(timed([sys.executable, "-m", "forkpoint", *args], env))
     print(f"{'command':<22}{'median':>10}{'target':>10}  ok   ({rounds} rounds)")
     print(f"{'python -c pass':<22}{statistics.median(python):>9.3f}s")
     for name, spent in times.items():
         median = statistics.median(spent)
         verdict = "PASS" if median <= TARGET_S else "FAIL"
         print(f"{'forkpoint ' + name:<22}{median:>9.3f}s{'<= ' + str(TARGET_S):>10}  {verdict}")
-
-
-def timed_python(env: dict[str, str]) -> float:
-    """The interpreter's own start, the floor under every command."""
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
-    return time.perf_counter() - started
 
 
 if __name__ == "__main__":
