@@ -19,7 +19,8 @@ SERVER = os.environ.get("FORKPOINT_TEST_POSTGRES_URL", "postgresql://postgres@12
 REQUIRED = os.environ.get("FORKPOINT_TEST_POSTGRES") == "required"
 
 
-def _unavailable(why: str) -> None:
+def unavailable(why: str) -> None:
+    """Skip the test on a laptop without the server; fail it where the server is required."""
     message = f"no PostgreSQL server for the tests ({why}); set FORKPOINT_TEST_POSTGRES_URL"
     if REQUIRED:
         pytest.fail(f"{message} (FORKPOINT_TEST_POSTGRES=required)", pytrace=False)
@@ -37,11 +38,11 @@ def postgres_url() -> Iterator[str]:
     try:
         import psycopg
     except ImportError:
-        _unavailable("psycopg is not installed: pip install -e '.[postgres]'")
+        unavailable("psycopg is not installed: pip install -e '.[postgres]'")
     try:
         admin = psycopg.connect(SERVER, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as error:
-        _unavailable(str(error).strip().splitlines()[0])
+        unavailable(str(error).strip().splitlines()[0])
     schema = f"test_{uuid.uuid4().hex[:16]}"
     with admin:
         admin.execute(f"CREATE SCHEMA {schema}")

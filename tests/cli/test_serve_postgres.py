@@ -16,11 +16,11 @@ from pathlib import Path
 
 import httpx
 import psycopg
-import pytest
 
 from forkpoint.cassettes.postgres import PostgresStore
 from forkpoint.models import Origin, RunStatus
 from tests.pg import postgres_url as postgres_url  # the fixture
+from tests.pg import unavailable
 from tests.runner import command_env
 from tests.runner import forkpoint as run_forkpoint
 
@@ -171,8 +171,9 @@ def postgres_is_local() -> bool:
     return os.path.isdir("/etc/postgresql") and os.geteuid() == 0
 
 
-@pytest.mark.skipif(not postgres_is_local(), reason="restarts the local PostgreSQL cluster")
 def test_a_database_restarted_under_load_loses_nothing(upstream, postgres_url):
+    if not postgres_is_local():
+        unavailable("the test restarts the local PostgreSQL cluster: it needs it and root")
     process, url = start_serve(postgres_url, upstream.url)
     received: dict[str, list[str]] = {"": [], "/r/named": []}
     outcomes: list[int] = []
