@@ -28,6 +28,18 @@ def start_serve(cassette: Path, upstream_url: str) -> tuple[subprocess.Popen[str
     return process, line.split()[3]
 
 
+def stopped(*proxies: subprocess.Popen[str]) -> str:
+    """Stop the proxies (Ctrl-C); what they logged."""
+    for proxy in proxies:
+        stop(proxy)
+    logs = ""
+    for proxy in proxies:
+        assert proxy.stderr is not None
+        logs += proxy.stderr.read()
+        proxy.stderr.close()
+    return logs
+
+
 def questions(store: SqliteStore, run: str) -> list[tuple[int, str]]:
     return [
         (e.step, orjson.loads(e.request_body)["messages"][0]["content"])
@@ -44,9 +56,7 @@ def test_two_proxies_on_one_file_number_one_runs_steps_in_arrival_order(upstream
             url = url_a if index % 2 == 0 else url_b
             assert ask(f"{url}/r/shared", f"q{index}") == f"[gpt-4o] q{index}"
     finally:
-        stop(a), stop(b)
-    logs = a.stderr.read() + b.stderr.read()  # type: ignore[union-attr]
-    a.stderr.close(), b.stderr.close()  # type: ignore[union-attr]
+        logs = stopped(a, b)
     store = SqliteStore(cassette)
     try:
         assert questions(store, "shared") == [(i, f"q{i}") for i in range(20)], logs
@@ -74,9 +84,7 @@ def test_two_proxies_under_concurrent_load_lose_no_step(upstream, tmp_path):
     try:
         asyncio.run(_concurrent([url_a, url_b], "busy", 25))
     finally:
-        stop(a), stop(b)
-    logs = a.stderr.read() + b.stderr.read()  # type: ignore[union-attr]
-    a.stderr.close(), b.stderr.close()  # type: ignore[union-attr]
+        logs = stopped(a, b)
     store = SqliteStore(cassette)
     try:
         steps = [e.step for e in store.exchanges("busy", bodies=False)]
