@@ -117,9 +117,10 @@ def upstream(logs: Path, chunk_delay: float) -> Child:
     return Child("upstream", argv, logs)
 
 
-def minimal(logs: Path, upstream_url: str) -> Child:
+def minimal(logs: Path, upstream_url: str, *, uvloop: bool = False) -> Child:
     argv = [sys.executable, str(_HERE / "minimal_proxy.py"), "--upstream", upstream_url]
-    return Child("minimal", argv, logs)
+    name = "minimal-uvloop" if uvloop else "minimal"
+    return Child(name, [*argv, "--uvloop"] if uvloop else argv, logs)
 
 
 def mitmdump(logs: Path, upstream_url: str) -> Child:
@@ -134,7 +135,7 @@ def mitmdump(logs: Path, upstream_url: str) -> Child:
 def forkpoint(
     name: str, logs: Path, *, mode: str, cassette: Path | str, run: str,
     upstream_url: str | None = None,
-    profile: Path | None = None, loop: str = "asyncio",
+    profile: Path | None = None, loop: str = "default",
 ) -> Child:  # fmt: skip
     argv = [sys.executable, str(_HERE / "_run_forkpoint.py"), "--mode", mode,
             "--cassette", str(cassette), "--run", run, "--loop", loop]  # fmt: skip

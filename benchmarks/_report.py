@@ -113,7 +113,7 @@ def render(
 ) -> tuple[str, bool]:
     """The table as text, and whether any target failed."""
     table = rows(results)
-    columns = [*COLUMNS, *(n for n in results if n not in COLUMNS)]  # e.g. record-uvloop
+    columns = [*COLUMNS, *(n for n in results if n not in COLUMNS)]  # e.g. record-asyncio
     widths = [28, *[10] * len(columns), 18, 18]
     lines = [
         f"forkpoint gateway benchmark: {plan.rounds} round(s); per target and round "

@@ -6,17 +6,18 @@ commits every exchange and closes the run, so a recording is complete once the p
     python benchmarks/_run_forkpoint.py --mode record --cassette c.db --upstream URL --run ID
     python benchmarks/_run_forkpoint.py --mode replay --cassette c.db --run ID
     ... --profile out.prof   # cProfile, written on exit (from 3.12 it sees every thread)
-    ... --loop uvloop        # under uvloop instead of asyncio's own loop
+    ... --loop asyncio       # on asyncio's own loop, not forkpoint's choice (runtime.loops)
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
+import os
 
 from forkpoint.api import Options, engine_config
 from forkpoint.cassettes.open import open_store
+from forkpoint.runtime import loops
 from forkpoint.runtime.loop_thread import until_stopped
 from forkpoint.runtime.proxy import Proxy
 
@@ -44,8 +45,9 @@ def main() -> None:
     parser.add_argument("--upstream", help="base URL to record from (record mode)")
     parser.add_argument("--run", required=True, help="run id to record, or to replay")
     parser.add_argument("--profile", help="write a cProfile of the process here on exit")
-    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
-                        help="the event loop (uvloop: pip install uvloop)")  # fmt: skip
+    parser.add_argument("--loop", choices=("default", "asyncio", "uvloop"), default="default",
+                        help="the event loop; default: as a forkpoint command chooses it "
+                             "(uvloop where installed)")  # fmt: skip
     args = parser.parse_args()
     if args.mode == "record" and not args.upstream:
         parser.error("--mode record needs --upstream")
@@ -53,12 +55,9 @@ def main() -> None:
     if profiler:
         profiler.enable()
     try:
-        if args.loop == "uvloop":
-            import uvloop
-
-            uvloop.run(serve(args.mode, args.cassette, args.upstream, args.run))
-        else:
-            asyncio.run(serve(args.mode, args.cassette, args.upstream, args.run))
+        if args.loop != "default":
+            os.environ[loops.ENV] = args.loop
+        loops.run(serve(args.mode, args.cassette, args.upstream, args.run))
     finally:
         if profiler:
             profiler.disable()

@@ -84,7 +84,9 @@ async def record_source(url: str, bodies: Bodies, rounds: int) -> None:
         )
 
 
-async def measure(plan: Plan, profile: Path | None, uvloop: bool) -> dict[str, Measured]:
+async def measure(
+    plan: Plan, profile: Path | None, loops: bool
+) -> dict[str, Measured]:
     bodies = Bodies.for_plan(plan)
     with tempfile.TemporaryDirectory(prefix="forkpoint-bench-") as tmp:
         logs = Path(tmp)
@@ -104,11 +106,12 @@ async def measure(plan: Plan, profile: Path | None, uvloop: bool) -> dict[str, M
                     upstream_url=upstream_url, profile=profile and profile / "record.prof",
                 ),
             }  # fmt: skip
-            if uvloop:  # the same recording proxy on uvloop's event loop: does it earn a place?
-                others["record-uvloop"] = _procs.forkpoint(
-                    "record-uvloop", logs, mode="record", cassette=logs / "record-uv.db",
-                    run="bench", upstream_url=upstream_url, loop="uvloop",
+            if loops:  # like for like: forkpoint on asyncio's loop, the floor on uvloop's
+                others["record-asyncio"] = _procs.forkpoint(
+                    "record-asyncio", logs, mode="record", cassette=logs / "record-aio.db",
+                    run="bench", upstream_url=upstream_url, loop="asyncio",
                 )  # fmt: skip
+                others["minimal-uvloop"] = _procs.minimal(logs, upstream_url, uvloop=True)
             children += others.values()
             await record_source(source.ready(), bodies, plan.rounds)
             source.stop()  # commits the recording before the replay target loads it
@@ -198,15 +201,16 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="cProfile the forkpoint processes into DIR/{record,replay}.prof "
                              "(it slows them: the targets then mean nothing)")  # fmt: skip
-    parser.add_argument("--uvloop", action="store_true",
-                        help="add forkpoint record on uvloop (pip install uvloop)")  # fmt: skip
+    parser.add_argument("--loops", action="store_true",
+                        help="add record-asyncio and minimal-uvloop: record runs on uvloop "
+                             "where it is installed, minimal on asyncio")  # fmt: skip
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
         args.profile = args.profile.resolve()
     started, load = time.perf_counter(), _procs.OtherLoad()
-    results = asyncio.run(measure(plan, args.profile, args.uvloop))
+    results = asyncio.run(measure(plan, args.profile, args.loops))
     table, failed = _report.render(results, plan, time.perf_counter() - started, load.cpus())
     print(table)
     return 1 if args.strict and failed else 0

@@ -4,7 +4,7 @@ One pooled keep-alive `ClientSession` (no decompression), bodies streamed chunk 
 `StreamResponse.write`, nothing recorded. The benchmark sets forkpoint's targets against it.
 Prints its base URL on the first line of stdout and serves until killed.
 
-    python benchmarks/minimal_proxy.py --upstream http://127.0.0.1:8000
+    python benchmarks/minimal_proxy.py --upstream http://127.0.0.1:8000 [--uvloop]
 """
 
 from __future__ import annotations
@@ -52,5 +52,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", required=True, help="base URL to forward every path to")
     parser.add_argument("--port", type=int, default=0, help="port to listen on (0: any free)")
+    parser.add_argument("--uvloop", action="store_true", help="on uvloop (pip install uvloop)")
     args = parser.parse_args()
-    asyncio.run(serve(args.upstream.rstrip("/"), args.port))
+    if args.uvloop:
+        import uvloop
+
+        uvloop.run(serve(args.upstream.rstrip("/"), args.port))
+    else:
+        asyncio.run(serve(args.upstream.rstrip("/"), args.port))

@@ -2,7 +2,8 @@
 
 `asyncio.run` refuses to start inside a running loop (a Jupyter notebook, an async web
 handler). There the coroutine runs on a loop of its own in a worker thread, and this thread
-waits for it, as a sync call would.
+waits for it, as a sync call would. On the main thread the loop is uvloop's where it is
+installed (`runtime.loops`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import concurrent.futures
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from forkpoint.runtime import loops
+
 T = TypeVar("T")
 
 
@@ -19,6 +22,6 @@ def run_sync[T](coroutine: Coroutine[Any, Any, T]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        return loops.run(coroutine)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forkpoint-sync") as pool:
         return pool.submit(asyncio.run, coroutine).result()

@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.matching import MatchConfig
@@ -182,8 +183,8 @@ class ProcessRecorder:
                 # other process merges the journal under it
                 pass_fds=() if self._journal is None else (self._journal.lock_fd,),
             )  # fmt: skip
-        except OSError as error:
-            self._fall_back(f"could not start ({error})")
+        except Exception as error:  # whatever the loop raised, what was submitted gets written
+            self._fall_back(f"could not start ({type(error).__name__}: {error})")
             return
         self._child.send(frame(self._setup))
         self._send_batch()
@@ -272,11 +273,9 @@ class _Child(asyncio.SubprocessProtocol):
         return self._transport.get_pid()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self._transport = transport
-        stdin = transport.get_pipe_transport(0)
-        assert isinstance(stdin, asyncio.WriteTransport)
-        self._stdin = stdin
+        # uvloop's transports do not subclass asyncio's: they are typed here, not checked
+        self._transport = cast(asyncio.SubprocessTransport, transport)
+        self._stdin = cast(asyncio.WriteTransport, self._transport.get_pipe_transport(0))
 
     def send(self, data: bytes) -> None:
         # Never blocks: the transport buffers what the pipe cannot take yet. A dead child's

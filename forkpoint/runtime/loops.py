@@ -1,0 +1,48 @@
+"""The event loop a forkpoint command runs on: uvloop where it is installed, else asyncio's.
+
+uvloop (the `fast` extra) takes about a quarter off the proxy's CPU per request
+(benchmarks/gateway.py). It runs only a loop on the main thread (a command's, or a script's
+sync call), so there is at most one uvloop loop in a process: uvloop refuses two loops that
+spawn processes at the same moment, and loops on threads (`ProxyThread`, a notebook's sync
+call) stay on asyncio. `FORKPOINT_LOOP=asyncio` turns it off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from forkpoint.errors import ConfigError
+
+ENV = "FORKPOINT_LOOP"
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory where it is installed and wanted; None for asyncio's own."""
+    wanted = os.environ.get(ENV, "").strip().lower()
+    if wanted not in ("", "uvloop", "asyncio"):
+        raise ConfigError(f"{ENV}={wanted!r}: use uvloop or asyncio")
+    if wanted == "asyncio" or threading.current_thread() is not threading.main_thread():
+        return None
+    if importlib.util.find_spec("uvloop") is None:
+        if wanted == "uvloop":
+            raise ConfigError(f"{ENV}=uvloop, but uvloop is not installed (pip install uvloop)")
+        return None
+    import uvloop
+
+    return uvloop.new_event_loop
+
+
+def run[T](coroutine: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run`, on the loop `loop_factory` chooses."""
+    try:
+        factory = loop_factory()
+    except ConfigError:
+        coroutine.close()  # never started: no "never awaited" warning besides the error
+        raise
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coroutine)
