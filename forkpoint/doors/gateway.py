@@ -15,6 +15,7 @@ this one door.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hmac
 import logging
@@ -217,6 +218,12 @@ class Gateway:
     async def _body(self, request: web.Request) -> bytes:
         """The request body, whole; TimeoutError when the agent stalls in it past the client
         timeout (the clock starts again at each piece, so a slow upload is not cut)."""
+        content = request.content
+        if content.is_eof():  # it came whole with the head (most do): nothing to wait for
+            data = content.read_nowait()
+            if len(data) > self.max_body:
+                raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=len(data))
+            return data
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.client_timeout) as clock:
             parts: list[bytes] = []
@@ -282,8 +289,10 @@ class Gateway:
     ) -> web.StreamResponse | None:
         match command:
             case SendHead(status, headers):
-                response = web.StreamResponse(status=status, headers=headers)
+                response = _Response(status=status, headers=headers)
                 await response.prepare(request)
+                # no later than the loop's next pass, if no body bytes carry it before
+                asyncio.get_running_loop().call_soon(_send_head, request)
             case SendBody(data):
                 assert response is not None
                 await response.write(data)
@@ -291,6 +300,7 @@ class Gateway:
                 assert response is not None
                 await response.write_eof()
             case Drop():
+                _send_head(request)  # a head the source sent reaches the agent before the cut
                 if request.transport is not None:
                     request.transport.abort()
             case Commit(exchange):
@@ -383,6 +393,22 @@ def _path_of(target: str) -> str:
         return target
     parts = urlsplit(target)
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+class _Response(web.StreamResponse):
+    """A response whose head goes out in one write with its first body bytes when they are at
+    hand (a whole answer usually is), as aiohttp's `web.Response` does: one send, not two."""
+
+    _send_headers_immediately = False
+
+
+def _send_head(request: web.Request) -> None:
+    """Send a response head still held back (see `_Response`)."""
+    send = getattr(request.writer, "send_headers", None)  # aiohttp >= 3.12
+    if send is None:
+        return
+    with contextlib.suppress(ConnectionError):  # the agent is gone: the tee's loop finds out
+        send()
 
 
 def _error(method: str, route: str, status: int, message: str, error_type: str) -> web.Response:

@@ -373,3 +373,72 @@ def test_an_error_reply_from_the_llm_is_recorded_and_replayed(start_upstream, st
             )
     [exchange] = store.exchanges(run.id)
     assert exchange.status == 429 and exchange.origin is Origin.LIVE
+
+
+class SlowBodyUpstream:
+    """An upstream that sends its head at once, then its 5-byte body after `delay` seconds,
+    or, with `cut`, closes the connection instead."""
+
+    def __init__(self, delay: float, *, cut: bool = False):
+        self.delay, self.cut = delay, cut
+        self._thread = LoopThread("slow-body-upstream")
+        self.url = self._thread.call(self._start())
+
+    async def _start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(self.delay)
+        if self.cut:
+            writer.transport.abort()
+            return
+        writer.write(b"hello")
+        await writer.drain()
+        writer.close()
+
+    def stop(self) -> None:
+        self._server.close()
+        self._thread.close()
+
+
+def _get(proxy_url: str) -> tuple[bytes, float, bytes]:
+    """GET /file through the proxy: the first bytes the agent got, when, and the rest."""
+    port = urlsplit(proxy_url).port
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as agent:
+        agent.sendall(b"GET /file HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        sent = time.monotonic()
+        head = agent.recv(4096)
+        head_after = time.monotonic() - sent
+        rest = b""
+        with contextlib.suppress(ConnectionError):
+            while data := agent.recv(4096):
+                rest += data
+    return head, head_after, rest
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["slow-body", "cut-after-head"])
+def test_a_head_reaches_the_agent_when_the_upstream_sends_it_not_with_a_late_body(
+    start_proxy, cut
+):
+    """forkpoint sends a head with its body in one write when the body is at hand; a head
+    whose body is late, or never comes, still goes out as soon as it arrives, and a replay
+    of a cut answer sends its head before it cuts."""
+    upstream = SlowBodyUpstream(1.0, cut=cut)
+    try:
+        thread = start_proxy(upstream.url)
+        run = thread.record().run
+        head, head_after, rest = _get(thread.proxy.url)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"\r\n\r\n" in head
+        assert head_after < 0.5, f"the head came {head_after:.2f} s after the request"
+        assert (head + rest).endswith(b"\r\n\r\n" if cut else b"\r\n\r\nhello")
+    finally:
+        upstream.stop()
+    replaying = start_proxy(None)
+    replaying.replay(run.id)
+    head, _, rest = _get(replaying.proxy.url)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert (head + rest).endswith(b"\r\n\r\n" if cut else b"\r\n\r\nhello")
