@@ -190,7 +190,11 @@ class Gateway:
             else self.snapshots.on_request(session.run.id, action.record.step, llm=llm)
         )
         events = events or self._events(action, started)
-        responding = asyncio.ensure_future(self._respond(request, tee, events, pulls))
+        # started at once, not on the loop's next pass: it runs to its first wait right here
+        responding = asyncio.Task(
+            self._respond(request, tee, events, pulls), loop=asyncio.get_running_loop(),
+            eager_start=True,
+        )  # fmt: skip
         try:
             return await asyncio.shield(responding)
         except asyncio.CancelledError:  # the agent hung up: aiohttp cancels its handler
