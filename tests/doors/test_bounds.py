@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import web
 
-from forkpoint.runtime.loop_thread import LoopThread
+from tests.raw_server import RawServer
 from tests.services import Service
 
 
@@ -38,21 +38,16 @@ class RawService(Service):
         return web.Response(body=body, content_type="application/json")
 
 
-class StallingService:
+class StallingService(RawServer):
     """An upstream that reads each request's head and never answers; it counts the connections
     that reached it and those still open (closed once the peer closes its end)."""
 
     def __init__(self) -> None:
         self.arrived = 0
         self.open = 0
-        self._thread = LoopThread("stalling-service")
-        self.url = self._thread.call(self._start())
+        super().__init__()
 
-    async def _start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.open += 1
         try:
             await reader.readuntil(b"\r\n\r\n")
@@ -64,13 +59,6 @@ class StallingService:
         finally:
             self.open -= 1
             writer.close()
-
-    def stop(self) -> None:
-        async def close() -> None:
-            self._server.close()
-
-        self._thread.call(close())
-        self._thread.close()
 
 
 @pytest.fixture

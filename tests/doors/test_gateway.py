@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 
 from forkpoint.models import Origin, RunStatus
-from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.upstream import ErrorReply, Reply, ScriptedUpstream
+from tests.raw_server import RawServer
 from tests.services import Service
 
 
@@ -180,7 +180,7 @@ def test_a_stalled_upstream_is_given_up_on_and_the_agent_sees_its_connection_clo
     assert "did not answer in time" in (exchange.error or "")
 
 
-class DroppingUpstream:
+class DroppingUpstream(RawServer):
     """An upstream whose first `drops` connections close before any answer (a reset, a
     restart), then a ScriptedUpstream's answers."""
 
@@ -188,14 +188,9 @@ class DroppingUpstream:
         self.real = urlsplit(real_url)
         self.left = drops
         self.accepted = 0
-        self._thread = LoopThread("dropping-upstream")
-        self.url = self._thread.call(self._start())
+        super().__init__()
 
-    async def _start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         if self.left > 0:
             self.left -= 1
@@ -212,10 +207,6 @@ class DroppingUpstream:
             sink.close()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    def stop(self) -> None:
-        self._server.close()
-        self._thread.close()
 
 
 def test_an_upstream_that_drops_the_connection_is_retried_by_the_sdk_as_without_forkpoint(
@@ -375,20 +366,15 @@ def test_an_error_reply_from_the_llm_is_recorded_and_replayed(start_upstream, st
     assert exchange.status == 429 and exchange.origin is Origin.LIVE
 
 
-class SlowBodyUpstream:
+class SlowBodyUpstream(RawServer):
     """An upstream that sends its head at once, then its 5-byte body after `delay` seconds,
     or, with `cut`, closes the connection instead."""
 
     def __init__(self, delay: float, *, cut: bool = False):
         self.delay, self.cut = delay, cut
-        self._thread = LoopThread("slow-body-upstream")
-        self.url = self._thread.call(self._start())
+        super().__init__()
 
-    async def _start(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n")
         await writer.drain()
@@ -399,10 +385,6 @@ class SlowBodyUpstream:
         writer.write(b"hello")
         await writer.drain()
         writer.close()
-
-    def stop(self) -> None:
-        self._server.close()
-        self._thread.close()
 
 
 def _get(proxy_url: str) -> tuple[bytes, float, bytes]:

@@ -1,0 +1,30 @@
+"""Upstreams that misbehave in ways an HTTP framework will not: a TCP server on a loop thread of
+its own whose subclass writes the bytes (or drops the connection) itself."""
+
+from __future__ import annotations
+
+import asyncio
+
+from forkpoint.runtime.loop_thread import LoopThread
+
+
+class RawServer:
+    """Call `super().__init__()` last: it starts serving. `url` is where it listens."""
+
+    def __init__(self) -> None:
+        self._thread = LoopThread(type(self).__name__)
+        self.url = self._thread.call(self._start())
+
+    async def _start(self) -> str:
+        self._server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        async def close() -> None:
+            self._server.close()
+
+        self._thread.call(close())
+        self._thread.close()
