@@ -200,6 +200,15 @@ def test_a_command_that_cannot_start_is_a_clear_error(cassette, upstream):
     assert result.returncode == 2 and "cannot start '/no/such/binary'" in result.stderr
 
 
+def test_an_unknown_event_loop_is_a_clear_error(cassette, upstream):
+    result = forkpoint(
+        "record", "--upstream", upstream.url, "--", sys.executable, "-c", "pass",
+        cassette=cassette, env={"FORKPOINT_LOOP": "trio"},
+    )  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "FORKPOINT_LOOP='trio': use uvloop or asyncio" in result.stderr
+
+
 def test_every_command_is_documented_with_an_example():
     import click
 
