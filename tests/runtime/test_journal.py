@@ -53,6 +53,26 @@ def test_a_cut_last_frame_is_ignored(store):
     assert merge_orphans(store, MatchConfig()) == 1
 
 
+def test_a_journal_with_records_that_do_not_read_is_kept_not_deleted(store, caplog):
+    """A record another forkpoint wrote (or a damaged one) is never thrown away: what reads is
+    merged, and the journal stays, named in an error, for the version that wrote it."""
+    journal = Journal(journal_dir(store))
+    journal.entry(Run("r1"))
+    journal.entry(exchange(run_id="r1", step=0))
+    [segment] = journal.segments
+    unreadable = b"\x80\x05not a pickle of this version"
+    os.write(segment.fd, len(unreadable).to_bytes(8, "big") + unreadable)
+    journal.entry(exchange(run_id="r1", step=1))
+    died(journal)
+    assert merge_orphans(store, MatchConfig()) == 2
+    assert [e.step for e in store.exchanges("r1")] == [0, 1]
+    assert segment.path.exists()
+    assert f"{segment.path}" in caplog.text and "kept" in caplog.text
+    caplog.clear()
+    assert merge_orphans(store, MatchConfig()) == 0  # tried again, nothing written twice
+    assert segment.path.exists() and f"{segment.path}" in caplog.text
+
+
 def test_a_journal_whose_items_are_committed_is_deleted_on_close(store):
     journal = Journal(journal_dir(store))
     entry = journal.entry(Run("r1"))

@@ -200,9 +200,10 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def read_items(path: Path) -> Iterator[Item]:
-    """The items of one journal file, in order; a cut last frame or one that does not unpickle
-    (written by another version) is skipped."""
+def read_items(path: Path, unread: list[str] | None = None) -> Iterator[Item]:
+    """The items of one journal file, in order; a cut last frame is ignored, and a record that
+    does not unpickle (another version wrote it, or it is damaged) is skipped, its error added
+    to `unread`."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -216,8 +217,8 @@ def read_items(path: Path) -> Iterator[Item]:
         try:
             item = pickle.loads(data[at + HEADER.size : end])
         except Exception as error:  # one unreadable record, not the rest
-            log.warning("forkpoint: skipped a journal record of %s that does not read (%s)",
-                        path, error)  # fmt: skip
+            if unread is not None:
+                unread.append(f"{type(error).__name__}: {error}")
         else:
             yield item
         at = end

@@ -66,18 +66,26 @@ class Journaled:
 
 def merge_orphans(store: Store, match: MatchConfig, *, skip: Path | None = None) -> int:
     """Commit what the journals of dead processes on `store` hold that it lacks, then delete
-    them; returns how many exchanges were added. A store that takes no writes keeps them."""
+    them; returns how many exchanges were added. A store that takes no writes keeps them, and
+    a journal holding records that do not read is kept too (merged as far as it reads)."""
     writer = CassetteWriter(store, match)
     added = 0
     for lock, segments in orphans(journal_dir(store)):
         if lock == skip:
             continue
+        unread: dict[Path, list[str]] = {}
         try:
             for segment in segments:
-                added += writer.merge(read_items(segment))
+                added += writer.merge(read_items(segment, unread.setdefault(segment, [])))
         except Unavailable as error:
             log.error("forkpoint: the journal %s stays unmerged: the cassette takes no writes "
                       "(%s)", lock.parent, error)  # fmt: skip
+            continue
+        if bad := {path: errors for path, errors in unread.items() if errors}:
+            for path, errors in bad.items():
+                log.error("forkpoint: %d records of the journal %s do not read (%s): it is "
+                          "kept, not deleted; the forkpoint that wrote it can merge them",
+                          len(errors), path, errors[0])  # fmt: skip
             continue
         for segment in segments:
             segment.unlink(missing_ok=True)
