@@ -30,7 +30,7 @@ from forkpoint.doors.auth import tokens
 from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
 from forkpoint.doors.mocks import run_mock
-from forkpoint.doors.ports import Recorder, Sender, Sessions, Snapshots
+from forkpoint.doors.ports import Pieces, Recorder, Sender, Sessions, Snapshots
 from forkpoint.doors.server_log import SERVER_LOG
 from forkpoint.doors.sockets import Sockets
 from forkpoint.engine.config import (
@@ -65,10 +65,12 @@ from forkpoint.engine.lifecycle import (
     Event,
     HangUp,
     Head,
+    Load,
     NoAnswer,
     SendBody,
     SendEnd,
     SendHead,
+    Spill,
     Tee,
     Warn,
     answer,
@@ -95,6 +97,11 @@ SERVER_OPTIONS: dict[str, Any] = {
 }
 # How long an answer that was under way when its agent left may still run (s).
 HANGUP_GRACE = 2.0
+# The bytes of pieces handed to the recorder after which the door waits for the writer to
+# catch up (`Recorder.flush`): a body arriving faster than it is written then waits in the
+# upstream's socket, not in this process's memory. How long one wait may take (s).
+SPILL_AHEAD = 32 * 1024 * 1024
+SPILL_WAIT = 60.0
 
 
 class Gateway:
@@ -106,6 +113,7 @@ class Gateway:
         sender: Sender,
         recorder: Recorder,
         snapshots: Snapshots,
+        pieces: Pieces,
         pace: Pace = Pace(),
         max_body: int = DEFAULT_MAX_BODY,
         client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
@@ -118,6 +126,8 @@ class Gateway:
         self.sender = sender
         self.recorder = recorder
         self.snapshots = snapshots
+        self.pieces = pieces
+        self._spilled = 0  # bytes of pieces submitted since the writer last caught up
         self.control = Control(snapshots, adapter_hosts=adapter_hosts)
         self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace, sessions=sessions)
         self.pace = pace
@@ -309,6 +319,14 @@ class Gateway:
                     request.transport.abort()
             case Commit(exchange):
                 self.recorder.submit(exchange)
+            case Spill(blob):
+                self.recorder.submit(blob)  # journaled before the bytes after it go out
+                self._spilled += len(blob.data)
+                if self._spilled >= SPILL_AHEAD:
+                    self._spilled = 0
+                    if not await asyncio.to_thread(self.recorder.flush, SPILL_WAIT):
+                        log.warning("forkpoint: the recorder is %g s behind a large body",
+                                    SPILL_WAIT)  # fmt: skip
             case Warn(message):
                 log.warning("forkpoint: %s", message)
             case _:
@@ -329,11 +347,23 @@ class Gateway:
                 assert_never(action)
 
     async def _served(self, action: Serve, started: float) -> AsyncIterator[Event]:
+        """The recorded answer under the pace; a piece of its body is read from the store as
+        its turn comes (on a thread), so a replay holds one piece at a time."""
         for delay, event in serve_plan(action.recorded, self.pace):
             wait = started + delay - time.perf_counter()
             if wait > 0:
                 await asyncio.sleep(wait)
-            yield event
+            if isinstance(event, Load):
+                try:
+                    data = await asyncio.to_thread(self.pieces.piece, event.piece)
+                except CassetteError as error:
+                    log.warning("forkpoint: run %s step %d: %s", action.recorded.run_id,
+                                action.recorded.step, error)  # fmt: skip
+                    yield Cut(f"forkpoint: {error}")
+                    return
+                yield Body(data, event.piece)
+            else:
+                yield event
 
     async def _forwarded(self, action: Forward) -> AsyncIterator[Event]:
         request = action.record

@@ -293,7 +293,7 @@ class Tee:
         if not self._pending:
             self._pending_at = at
         self._pending += kept
-        spills = []
+        spills: list[Command] = []
         while len(self._pending) >= self._piece:
             spills.append(self._spill(bytes(self._pending[: self._piece])))
             del self._pending[: self._piece]
@@ -323,7 +323,7 @@ class Tee:
         if self._committed:
             return []
         self._committed = True
-        spills = [self._spill(bytes(self._pending))] if self._pending else []
+        spills: list[Command] = [self._spill(bytes(self._pending))] if self._pending else []
         self._pending = bytearray()
         record = self.record
         record.duration_ms = at

@@ -11,8 +11,10 @@ writer process inherits it); a lock nobody holds is an orphan's, and `merge_orph
 every proxy as it starts and stops) commits what its segments hold that the store lacks, then
 deletes them. Merging is idempotent: what the store holds is skipped, never rewritten.
 
-Frames are an 8-byte big-endian length and a pickle of one `Run`, `Exchange` or `Snapshot`; a
-cut last frame (the process died inside a write) is ignored.
+Frames are an 8-byte big-endian length and a pickle of one `Run`, `Exchange`, `Snapshot` or
+`Blob` (a piece of a body too large to hold, journaled before the bytes after it reach the
+agent, and before the exchange that names it); a cut last frame (the process died inside a
+write) is ignored.
 """
 
 from __future__ import annotations
