@@ -16,7 +16,7 @@ from forkpoint.cassettes.formats import har, jsonl, text
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.config import DEFAULT_ROUTES
 from forkpoint.errors import AlreadyRecorded, CassetteError, ConfigError, RunNotFound
-from forkpoint.models import Exchange, Run, new_run_id
+from forkpoint.models import Blob, Exchange, Run, new_run_id
 
 __all__ = ["FORMATS", "copy_runs", "dump_run", "guess_format", "load_file"]
 
@@ -66,7 +66,8 @@ def copy_runs(
     source: Store, target: Store, refs: Sequence[str] = ()
 ) -> Iterator[tuple[Run, int | None]]:
     """Copy the runs `refs` name (every run if none), each with the runs it was forked or
-    replayed from, oldest first, as they are: same ids, steps, bytes and snapshots. Yields each
+    replayed from, oldest first, as they are: same ids, steps, bytes (a body's pieces too) and
+    snapshots. Yields each
     run with its step count, or None for a run the target holds already (never rewritten)."""
     chosen = [source.find_run(ref) for ref in refs] if refs else source.list_runs()
     runs: dict[str, Run] = {}
@@ -90,7 +91,11 @@ def copy_runs(
             continue
         exchanges = source.exchanges(run.id)
         for start in range(0, len(exchanges), COPY_BATCH):
-            target.add_exchanges(exchanges[start : start + COPY_BATCH])
+            batch = exchanges[start : start + COPY_BATCH]
+            for piece in (piece for exchange in batch for piece in exchange.pieces):
+                # one at a time: a body in pieces is never held whole, here either
+                target.add_pieces([Blob(piece.digest, source.piece(piece))])
+            target.add_exchanges(batch)
         for snapshot in source.snapshots(run.id, data=True):
             target.add_snapshot(snapshot)
         yield run, len(exchanges)
