@@ -23,9 +23,9 @@ DIVERGENCE_STATUS = 400
 DEFAULT_MAX_BODY = 256 * 1024 * 1024
 # How much of a response body a tee holds in memory (bytes); past it the body is recorded in
 # pieces of PIECE_SIZE, each stored as a blob as it fills, so memory stays flat however large
-# the body (issue 14.6). The held part is what summaries, diffs and exports read whole: 8 MiB
-# holds any model's answer, and an embeddings batch.
-DEFAULT_HOLD_BODY = 8 * 1024 * 1024
+# the body (issue 14.6). The held part is what summaries and diffs read whole: 4 MiB holds any
+# model's answer; a body past it (a file, a large embeddings batch) is summarized from it.
+DEFAULT_HOLD_BODY = 4 * 1024 * 1024
 PIECE_SIZE = 4 * 1024 * 1024
 
 # How long an agent may take to send a request's head or stall in its body, and how long its
