@@ -1,5 +1,5 @@
 """A body in pieces outside the proxy: copied between stores piece by piece, compared by its
-pieces too, and refused by the file formats, which hold bodies whole, rather than truncated."""
+pieces too, written whole to a file up to a limit and refused past it, never truncated."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from forkpoint.cassettes.formats import har, jsonl, text
 from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.sqlite.store import SqliteStore
-from forkpoint.cassettes.transfer import copy_runs
+from forkpoint.cassettes.transfer import copy_runs, dump_run, joined
 from forkpoint.compare.diff import diff_runs
 from forkpoint.errors import CassetteError
-from forkpoint.models import Blob, Piece, Run
+from forkpoint.models import Blob, Chunk, Piece, Run
 from tests import builders
 
 
@@ -54,3 +54,20 @@ def test_a_file_format_refuses_a_body_in_pieces_naming_the_step(module):
     with pytest.raises(CassetteError, match=r"run r1 step 4 .*104 bytes.*pieces") as refused:
         module.dumps(Run("r1"), [exchange])
     assert "forkpoint copy" in str(refused.value)
+
+
+def test_a_file_gets_a_body_in_pieces_whole_up_to_the_limit():
+    store = MemoryStore()
+    store.create_run(Run("r1"))
+    blob, exchange = pieced("r1", b"the rest")
+    stream = builders.exchange(
+        run_id="r1", step=1, route="/tools/file", response_body=b"data: 1\n\n",
+        chunks=[Chunk(1.0, b"data: 1\n\n")], pieces=exchange.pieces, fingerprint="fp",  # type: ignore[attr-defined]
+    )  # fmt: skip
+    store.add_pieces([blob])
+    store.add_exchanges([exchange, stream])  # type: ignore[list-item]
+    _, loaded = jsonl.loads(dump_run(store, "r1", fmt="jsonl"), source="r1.jsonl", routes={})
+    assert [e.response_body for e in loaded] == [b"heldthe rest", b"data: 1\n\nthe rest"]
+    assert loaded[1].chunks == [Chunk(1.0, b"data: 1\n\n"), Chunk(3.0, b"the rest")]
+    (kept,) = joined(store, store.exchanges("r1")[:1], limit=8)  # 12 bytes: over it
+    assert kept.pieces == exchange.pieces  # type: ignore[attr-defined]

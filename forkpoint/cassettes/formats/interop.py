@@ -39,8 +39,8 @@ def held_whole(exchanges: Sequence[Exchange], fmt: str) -> Sequence[Exchange]:
             raise CassetteError(
                 f"run {e.run_id} step {e.step} has a response body of {e.body_size} bytes, "
                 f"{e.body_size - len(e.response_body)} of them in pieces: a {fmt} file holds "
-                "bodies whole, so the run is not exported (move it between stores with "
-                "`forkpoint copy`)",
+                "bodies whole, too large a one is not exported (move the run between stores "
+                "with `forkpoint copy`)",
                 run_id=e.run_id, step=e.step,
             )  # fmt: skip
     return exchanges
