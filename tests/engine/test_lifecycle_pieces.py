@@ -10,6 +10,8 @@ from forkpoint.engine.lifecycle import (
     CHUNK_COST,
     Body,
     Commit,
+    Cut,
+    Drop,
     End,
     Head,
     Load,
@@ -113,3 +115,19 @@ def test_a_cap_still_cuts_what_is_recorded_and_warns_once():
     record = tee.record
     assert record.body_size == 5 and not record.complete
     assert record.error is not None and "4 bytes not recorded" in record.error
+
+
+def test_a_body_cut_in_its_pieces_keeps_what_arrived_and_a_replay_cuts_after_it():
+    tee = Tee(request_record(), started=0.0, hold=1, piece=2)
+    commands = play(tee, (0.0, Head(200, octets(9))), (0.1, Body(b"abcde")), (0.2, Cut("reset")))
+    assert commands[-3:] == [Spill(blob(b"e")), Commit(tee.record), Drop()]
+    record = tee.record
+    assert record.body_size == 5 and not record.complete and record.error == "reset"
+    events = [event for _, event in serve_plan(record)]
+    assert events[1:] == [*(Load(piece) for piece in record.pieces), Cut("reset")]
+
+
+def test_a_resume_serving_what_its_run_holds_spills_nothing():
+    tee = Tee(request_record(), started=0.0, keep=False, hold=1, piece=2)
+    commands = play(tee, (0.0, Head(200, octets(5))), (0.1, Body(b"abcde")), (0.2, End()))
+    assert commands == [SendHead(200, octets(5)), SendBody(b"abcde"), SendEnd()]
