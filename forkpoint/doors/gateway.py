@@ -30,6 +30,7 @@ from forkpoint.doors.auth import tokens
 from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
 from forkpoint.doors.mocks import run_mock
+from forkpoint.doors.pieces import Spilling, served
 from forkpoint.doors.ports import Pieces, Recorder, Sender, Sessions, Snapshots
 from forkpoint.doors.server_log import SERVER_LOG
 from forkpoint.doors.sockets import Sockets
@@ -65,7 +66,6 @@ from forkpoint.engine.lifecycle import (
     Event,
     HangUp,
     Head,
-    Load,
     NoAnswer,
     SendBody,
     SendEnd,
@@ -74,7 +74,6 @@ from forkpoint.engine.lifecycle import (
     Tee,
     Warn,
     answer,
-    serve_plan,
 )
 from forkpoint.engine.mocks import MockRequest
 from forkpoint.engine.pace import Pace
@@ -97,14 +96,6 @@ SERVER_OPTIONS: dict[str, Any] = {
 }
 # How long an answer that was under way when its agent left may still run (s).
 HANGUP_GRACE = 2.0
-# The bytes of pieces handed to the recorder after which the door waits for the writer to
-# catch up (`Recorder.flush`): a body arriving faster than it is written then waits in the
-# upstream's socket, not in this process's memory (a piece in flight is held three or four
-# times over: the item, its pickle, the pipe to a writer process). Two pieces: waiting that
-# often cost no throughput where measured (1 GiB in ~6 s either way). How long one wait may
-# take (s).
-SPILL_AHEAD = 8 * 1024 * 1024
-SPILL_WAIT = 60.0
 
 
 class Gateway:
@@ -130,7 +121,7 @@ class Gateway:
         self.recorder = recorder
         self.snapshots = snapshots
         self.pieces = pieces
-        self._spilled = 0  # bytes of pieces submitted since the writer last caught up
+        self._spilling = Spilling(recorder)
         self.control = Control(snapshots, adapter_hosts=adapter_hosts)
         self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace, sessions=sessions)
         self.pace = pace
@@ -322,14 +313,8 @@ class Gateway:
                     request.transport.abort()
             case Commit(exchange):
                 self.recorder.submit(exchange)
-            case Spill(blob):
-                self.recorder.submit(blob)  # journaled before the bytes after it go out
-                self._spilled += len(blob.data)
-                if self._spilled >= SPILL_AHEAD:
-                    self._spilled = 0
-                    if not await asyncio.to_thread(self.recorder.flush, SPILL_WAIT):
-                        log.warning("forkpoint: the recorder is %g s behind a large body",
-                                    SPILL_WAIT)  # fmt: skip
+            case Spill(blob):  # journaled before the bytes after it go out
+                await self._spilling.spill(blob)
             case Warn(message):
                 log.warning("forkpoint: %s", message)
             case _:
@@ -341,32 +326,13 @@ class Gateway:
             case Forward():
                 return self._forwarded(action)
             case Serve():
-                return self._served(action, started)
+                return served(action.recorded, self.pace, started, self.pieces)
             case Mock():
                 return self._mocked(action)
             case Fail():
                 return _listed(answer(action.status, action.headers, action.body))
             case _:
                 assert_never(action)
-
-    async def _served(self, action: Serve, started: float) -> AsyncIterator[Event]:
-        """The recorded answer under the pace; a piece of its body is read from the store as
-        its turn comes (on a thread), so a replay holds one piece at a time."""
-        for delay, event in serve_plan(action.recorded, self.pace):
-            wait = started + delay - time.perf_counter()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            if isinstance(event, Load):
-                try:
-                    data = await asyncio.to_thread(self.pieces.piece, event.piece)
-                except CassetteError as error:
-                    log.warning("forkpoint: run %s step %d: %s", action.recorded.run_id,
-                                action.recorded.step, error)  # fmt: skip
-                    yield Cut(f"forkpoint: {error}")
-                    return
-                yield Body(data, event.piece)
-            else:
-                yield event
 
     async def _forwarded(self, action: Forward) -> AsyncIterator[Event]:
         request = action.record

@@ -38,13 +38,13 @@ cut when recorded.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from enum import Enum, auto
 
 from forkpoint.engine.config import DEFAULT_HOLD_BODY, PIECE_SIZE
 from forkpoint.engine.encoding import header
 from forkpoint.engine.pace import Pace
+from forkpoint.engine.pieces import Cutter
 from forkpoint.engine.redaction import DEFAULT, REDACTED, Redaction, end_to_end
 from forkpoint.models import Blob, Chunk, Exchange, Headers, Piece
 
@@ -155,7 +155,7 @@ class Warn:
 Command = SendHead | SendBody | SendEnd | Drop | Commit | Spill | Warn
 
 # What one kept chunk of a stream costs beside its data (the Chunk, its bytes and its offset,
-# in memory and in the journal), counted against the recording limit.
+# in memory and in the journal), counted against the budget held and the recording limit.
 CHUNK_COST = 128
 
 
@@ -192,14 +192,11 @@ class Tee:
         self._redaction = redaction
         self._limit = limit
         self._hold = hold
-        self._piece = max(piece, 1)
         self._chunks: list[Chunk] = []  # a stream's, as it passed, within the budget
         self._whole = bytearray()  # any other body's, within the budget
         self._held = 0  # what the budget has taken
         self._spilling = False  # past the budget: the rest goes in pieces
-        self._pending = bytearray()  # the next piece, as it fills
-        self._pending_at = 0.0  # when its first byte arrived
-        self._pieces: list[Piece] = []
+        self._cutter = Cutter(piece)
         self._room = limit  # what the record may still take (None: no end)
         self._unkept = 0  # body bytes past the limit
         self._streamed = False
@@ -286,24 +283,9 @@ class Tee:
         self._spilling = True
         if not self._keep:
             return []  # nothing of it is recorded: nothing to hold for it
-        if piece is not None and not self._pending and piece.size == len(kept):
-            # a stored piece served again: named as it is, not stored twice
-            self._pieces.append(Piece(piece.digest, piece.size, at))
-            return []
-        if not self._pending:
-            self._pending_at = at
-        self._pending += kept
-        spills: list[Command] = []
-        while len(self._pending) >= self._piece:
-            spills.append(self._spill(bytes(self._pending[: self._piece])))
-            del self._pending[: self._piece]
-            self._pending_at = at  # what is left arrived now
-        return spills
-
-    def _spill(self, data: bytes) -> Spill:
-        blob = Blob(hashlib.sha256(data).hexdigest(), data)
-        self._pieces.append(Piece(blob.digest, len(data), self._pending_at))
-        return Spill(blob)
+        if piece is not None and self._cutter.name(piece, kept, at):
+            return []  # a stored piece served again: named as it is, not stored twice
+        return [Spill(blob) for blob in self._cutter.add(kept, at)]
 
     def _body(self, data: bytes, at: float) -> list[Command]:
         if not data:
@@ -323,11 +305,10 @@ class Tee:
         if self._committed:
             return []
         self._committed = True
-        spills: list[Command] = [self._spill(bytes(self._pending))] if self._pending else []
-        self._pending = bytearray()
+        spills: list[Command] = [Spill(blob) for blob in self._cutter.close()]
         record = self.record
         record.duration_ms = at
-        record.pieces = tuple(self._pieces)
+        record.pieces = tuple(self._cutter.pieces)
         if self._streamed:  # chunk sizes count the bytes as sent
             body = b"".join([chunk.data for chunk in self._chunks])
             record.response_body, record.chunks = body, self._chunks
@@ -335,7 +316,7 @@ class Tee:
             body, self._whole = bytes(self._whole), bytearray()
             # a token endpoint's answer is a secret too; a body in pieces (megabytes) is no
             # token's, and its held part alone is no JSON to mask in
-            pieced = bool(self._pieces)
+            pieced = bool(record.pieces)
             record.response_body = (
                 body if pieced else self._redaction.body(body, record.response_headers)
             )

@@ -203,9 +203,12 @@ def test_the_pieces_of_an_answer_the_agent_got_survive_a_kill_9(tmp_path):
             assert process.stdout is not None
             process.stdout.close()
         assert got == (size, expected(size), "end")
-        # the next forkpoint on the cassette merges what the killed one journaled
-        process, _ = start_serve(cassette, upstream_url)
-        assert stop(process) == 0
+        # the next forkpoint on the cassette merges what the killed one journaled, as it starts
+        process, url = start_serve(cassette, upstream_url)
+        try:  # an answer, so it is serving (and Ctrl-C stops it cleanly)
+            httpx.get(f"{url}/v1/none", headers={"x-forkpoint-run": "probe"}, timeout=10)
+        finally:
+            assert stop(process) == 0
     finally:
         stop_upstream(upstream)
     store = SqliteStore(cassette)
