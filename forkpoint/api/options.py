@@ -49,7 +49,7 @@ class Options:
     host, port: where the proxy listens (port 0: a free one).
     read_timeout: how long an upstream may stall (s); max_body: the largest request (bytes).
     max_record_body: a cap on what of a response body is recorded (bytes; None, the default:
-        every byte, in pieces past 8 MiB); the agent gets it all, the cassette what was kept,
+        every byte, in pieces past 4 MiB); the agent gets it all, the cassette what was kept,
         marked incomplete.
     client_timeout: how long an agent may take sending a request head, stall in its body, or
         keep an idle connection (s).

@@ -101,7 +101,7 @@ def limit_options(command: Command) -> Command:
     command = click.option(
         "--max-record-body", default=None, type=click.IntRange(min=0),
         help="A cap on what of a response body is recorded, MiB (default: every byte, in "
-        "pieces past 8 MiB; past a cap the agent still gets it all and the cassette marks "
+        "pieces past 4 MiB; past a cap the agent still gets it all and the cassette marks "
         "the rest not kept).",
     )(command)  # fmt: skip
     return click.option(
