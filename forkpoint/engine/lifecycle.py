@@ -270,6 +270,7 @@ class Tee:
             "it, the cassette the first part, marked incomplete")]  # fmt: skip
 
     def _store(self, kept: bytes, piece: Piece | None, at: float) -> list[Command]:
+        """Hold `kept` within the budget; past it, cut it into pieces to spill."""
         if not kept:
             return []
         cost = CHUNK_COST if self._streamed else 0
