@@ -7,7 +7,7 @@ They carry bytes and numbers only, so the engine can be tested with plain data a
 from __future__ import annotations
 
 import time
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ulid import ULID
@@ -161,19 +161,6 @@ class Exchange:
     model_sent: str | None = None
     note: str | None = None
     pieces: tuple[Piece, ...] = ()
-
-    def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
-        """From a pickle (a journal): one an older forkpoint wrote lacks the fields added
-        since, which take their defaults, so its journal still merges."""
-        _, slots = state
-        for spec in fields(self):
-            if spec.name in slots:
-                value = slots[spec.name]
-            elif spec.default is MISSING:  # a field with no default is in every pickle
-                value = spec.default_factory()  # type: ignore[operator]
-            else:
-                value = spec.default
-            object.__setattr__(self, spec.name, value)
 
     @property
     def body_size(self) -> int:

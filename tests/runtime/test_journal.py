@@ -61,13 +61,18 @@ def test_pieces_a_dead_process_journaled_are_merged_with_their_exchange_once(sto
     assert merge_orphans(store, MatchConfig()) == 0
 
 
-def test_an_exchange_journaled_before_pieces_existed_reads_with_none():
+def test_an_exchange_an_older_forkpoint_journaled_reads_with_no_pieces(store):
+    journal = Journal(journal_dir(store))
+    journal.entry(Run("r1"))
     old = exchange(run_id="r1", step=0)
-    _, slots = old.__reduce_ex__(4)[2]  # type: ignore[misc]
-    del slots["pieces"]  # as an older forkpoint pickled it
-    revived = Exchange.__new__(Exchange)
-    revived.__setstate__((None, slots))
-    assert revived.pieces == () and revived == old
+    del old.pieces  # as pickled before the field existed: its state lacks it
+    journal.entry(old)
+    [segment] = journal.segments
+    (_, revived) = read_items(segment.path)
+    assert isinstance(revived, Exchange) and revived.pieces == ()
+    died(journal)
+    assert merge_orphans(store, MatchConfig()) == 1
+    assert store.exchanges("r1")[0].pieces == ()
 
 
 def test_a_cut_last_frame_is_ignored(store):
