@@ -105,6 +105,25 @@ class Chunk:
     data: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Part of a response body too large to hold in memory, stored on its own as a blob: its
+    sha256, its size, and when its first byte arrived (a replay serves it then)."""
+
+    digest: str
+    size: int
+    offset_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """The bytes of one `Piece`, handed to the recorder before the exchange that names it, so
+    a body is never held whole; writing one twice is harmless (content-addressed)."""
+
+    digest: str
+    data: bytes
+
+
 @dataclass(slots=True)
 class Exchange:
     """One HTTP request and its response inside a run.
@@ -113,6 +132,9 @@ class Exchange:
     concatenation of the chunks. Headers are already redacted when an exchange leaves a front door.
     `note` says how a served answer was chosen when it was not an exact match (the request's
     fields a replay set aside), or why forkpoint answered it itself (an optional route).
+    A body too large to hold is `response_body` (its first part, held) then `pieces`, whose
+    bytes are in the store (`Store.piece`), never in the exchange; a stream's `chunks` then
+    cover the held part, and each piece is served as one chunk at its offset.
     """
 
     run_id: str
@@ -138,6 +160,12 @@ class Exchange:
     # record keeps the agent's body, and a summary with no model in the answer names this one.
     model_sent: str | None = None
     note: str | None = None
+    pieces: tuple[Piece, ...] = ()
+
+    @property
+    def body_size(self) -> int:
+        """The whole response body's length, held part and pieces."""
+        return len(self.response_body) + sum(piece.size for piece in self.pieces)
 
     @property
     def streamed(self) -> bool:

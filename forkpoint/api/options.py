@@ -19,7 +19,6 @@ from forkpoint.cassettes.sqlite import DEFAULT_PATH
 from forkpoint.engine.config import (
     DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
-    DEFAULT_MAX_RECORD_BODY,
     DEFAULT_UPSTREAM,
     EngineConfig,
     OnDivergence,
@@ -49,8 +48,9 @@ class Options:
     name, labels: the new run's.
     host, port: where the proxy listens (port 0: a free one).
     read_timeout: how long an upstream may stall (s); max_body: the largest request (bytes).
-    max_record_body: the most of a response body recorded (bytes); the agent gets it all,
-        the cassette what was kept, marked incomplete.
+    max_record_body: a cap on what of a response body is recorded (bytes; None, the default:
+        every byte, in pieces past 4 MiB); the agent gets it all, the cassette what was kept,
+        marked incomplete.
     client_timeout: how long an agent may take sending a request head, stall in its body, or
         keep an idle connection (s).
     pace: how replayed streams are timed. on_divergence: a request the recording lacks.
@@ -81,7 +81,7 @@ class Options:
     read_timeout: float = 600.0
     client_timeout: float = DEFAULT_CLIENT_TIMEOUT
     max_body: int = DEFAULT_MAX_BODY
-    max_record_body: int = DEFAULT_MAX_RECORD_BODY
+    max_record_body: int | None = None
     pace: Pace = Pace()
     on_divergence: OnDivergence = OnDivergence.FAIL
     restore: bool = True

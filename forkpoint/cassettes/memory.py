@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from forkpoint.cassettes.blobs import content_hash
 from forkpoint.cassettes.store import StoredBranch, StoredExperiment
 from forkpoint.errors import AlreadyRecorded, CassetteError, ConfigError, RunNotFound
-from forkpoint.models import Exchange, Kind, Run, RunStatus, Snapshot, Summary
+from forkpoint.models import Blob, Exchange, Kind, Piece, Run, RunStatus, Snapshot, Summary
 
 
 class MemoryStore:
@@ -29,6 +29,7 @@ class MemoryStore:
         self._snapshots: dict[str, dict[tuple[int, str], Snapshot]] = {}
         self._experiments: dict[str, tuple[StoredExperiment, list[StoredBranch]]] = {}
         self._allocated: dict[str, int] = {}  # per run, the step after the last allocated
+        self._pieces: dict[str, bytes] = {}  # the bytes of bodies' pieces, by sha256
         self._closed = False
 
     def _open(self) -> None:
@@ -118,6 +119,20 @@ class MemoryStore:
                 exchange.summary = exchange.summary or Summary(Kind.OTHER, "generic")
                 self._exchanges[exchange.run_id][exchange.step] = exchange
 
+    def add_pieces(self, blobs: Iterable[Blob]) -> None:
+        with self._lock:
+            self._open()
+            for blob in blobs:
+                self._pieces.setdefault(blob.digest, bytes(blob.data))
+
+    def piece(self, piece: Piece) -> bytes:
+        with self._lock:
+            self._open()
+            data = self._pieces.get(piece.digest)
+        if data is None or len(data) != piece.size:
+            raise CassetteError(f"{self.label} lacks the piece {piece.digest} of a body")
+        return data
+
     def step_count(self, run_id: str) -> int:
         with self._lock:
             self._open()
@@ -143,7 +158,10 @@ class MemoryStore:
         with self._lock:
             self._open()
             steps = self._exchanges.get(run_id, {})
-            return {step: content_hash(e.response_body) for step, e in steps.items()}
+            return {
+                step: content_hash(e.response_body + "".join(p.digest for p in e.pieces).encode())
+                for step, e in steps.items()
+            }
 
     def exchanges(
         self, run_id: str, *, bodies: bool = True, damaged: list[CassetteError] | None = None

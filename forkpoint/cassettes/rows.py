@@ -13,14 +13,17 @@ from typing import Any
 import orjson
 
 from forkpoint.cassettes import manifests
+from forkpoint.cassettes.blobs import compress, content_hash, decompress, zstd
 from forkpoint.errors import CassetteError
 from forkpoint.models import (
+    Blob,
     Chunk,
     Exchange,
     Headers,
     Kind,
     Mode,
     Origin,
+    Piece,
     Run,
     RunStatus,
     Snapshot,
@@ -38,10 +41,10 @@ EXCHANGE_COLUMNS = (
     "fingerprint", "status", "response_headers", "response_body", "streamed", "complete",
     "error", "origin", "started_at", "ttfb_ms", "duration_ms", "kind", "dialect", "model",
     "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens", "tool_calls",
-    "finish_reason", "text", "note",
+    "finish_reason", "text", "note", "response_pieces",
 )  # fmt: skip
 # Columns a store of an older schema lacks, with the version that added each: read as NULL.
-ADDED_IN = {"note": {"sqlite": 3, "postgres": 2}}
+ADDED_IN = {"note": {"sqlite": 3, "postgres": 2}, "response_pieces": {"sqlite": 4, "postgres": 3}}
 SNAPSHOT_COLUMNS = (
     "run_id", "step", "adapter", "content_type", "body", "size", "error", "taken_at",
     "duration_ms",
@@ -57,6 +60,13 @@ def exchange_select(store: str, version: int) -> str:
         f"NULL AS {c}" if ADDED_IN.get(c, {}).get(store, 0) > version else c
         for c in EXCHANGE_COLUMNS
     )
+
+
+def response_key(store: str, version: int) -> str:
+    """The SQL expression `response_keys` reads: the response's manifest, and its pieces'."""
+    if ADDED_IN["response_pieces"][store] > version:
+        return "response_body"
+    return "response_body || coalesce(response_pieces, '')"
 
 
 def damaged(where: str, what: str, error: object) -> CassetteError:
@@ -143,8 +153,47 @@ def exchange_values(ex: Exchange, request_body: str, response_body: str) -> tupl
         usage and usage.input, usage and usage.output,
         usage and usage.cached, usage and usage.reasoning,
         dump_json([[c.name, c.arguments, c.id] for c in summary.tool_calls]),
-        summary.finish_reason, summary.text, ex.note,
+        summary.finish_reason, summary.text, ex.note, dump_pieces(ex.pieces),
     )  # fmt: skip
+
+
+def dump_pieces(pieces: tuple[Piece, ...]) -> str | None:
+    """A body's pieces as their column holds them: [[sha256, size, offset_ms], ...], or NULL."""
+    return dump_json([[p.digest, p.size, p.offset_ms] for p in pieces]) if pieces else None
+
+
+def load_pieces(text: str | None) -> tuple[Piece, ...]:
+    listed = orjson.loads(text or "[]")
+    pieces = tuple(Piece(str(d), int(size), float(at)) for d, size, at in listed)
+    if any(len(p.digest) != 64 or p.size < 0 for p in pieces):
+        raise ValueError("not a list of pieces")
+    return pieces
+
+
+def piece_rows(blobs: Iterable[Blob], stored: Callable[[str], bool]) -> list[manifests.BlobRow]:
+    """The blob rows that store pieces the store lacks, compressed before the transaction.
+    A piece is one blob, named by the sha256 the tee gave it."""
+    rows: dict[str, manifests.BlobRow] = {}
+    for blob in blobs:
+        if blob.digest in rows or stored(blob.digest):
+            continue
+        codec, data = compress(blob.data)
+        rows[blob.digest] = (blob.digest, len(blob.data), codec, data)
+    return list(rows.values())
+
+
+def piece_bytes(piece: Piece, row: Sequence[Any] | None, label: str) -> bytes:
+    """A piece's bytes from its blob row (codec, data), checked: a replay serves them as the
+    recording had them, or says the cassette is damaged."""
+    if row is None:
+        raise CassetteError(f"{label} lacks the piece {piece.digest} of a body")
+    try:
+        data = decompress(row[0], bytes(row[1]))
+    except (ValueError, zstd.ZstdError) as error:
+        raise CassetteError(f"{label}: the piece {piece.digest} is damaged ({error})") from None
+    if len(data) != piece.size or content_hash(data) != piece.digest:
+        raise CassetteError(f"{label}: the piece {piece.digest} is damaged (not its bytes)")
+    return data
 
 
 ExchangeRow = tuple[tuple[Any, ...], list[tuple[Any, ...]]]  # its columns, its chunks' rows
@@ -216,6 +265,7 @@ def exchange_from_row(row: Sequence[Any], request_body: bytes, response_body: by
         duration_ms=row[x["duration_ms"]],
         summary=summary,
         note=row[x["note"]],
+        pieces=read(where, "its pieces", lambda: load_pieces(row[x["response_pieces"]])),
     )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple, Protocol
 
 from forkpoint.errors import CassetteError
-from forkpoint.models import Exchange, Run, RunStatus, Snapshot
+from forkpoint.models import Blob, Exchange, Piece, Run, RunStatus, Snapshot
 
 
 class StoredExperiment(NamedTuple):
@@ -71,7 +71,18 @@ class RunStore(Protocol):
         ...
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
-        """Store completed exchanges, all in one transaction."""
+        """Store completed exchanges, all in one transaction. An exchange's `pieces` are
+        named, not held: their bytes come first, through `add_pieces`."""
+        ...
+
+    def add_pieces(self, blobs: Iterable[Blob]) -> None:
+        """Store the bytes of pieces of a body too large to hold (blobs by sha256), ahead of
+        the exchange that names them; one stored already is skipped."""
+        ...
+
+    def piece(self, piece: Piece) -> bytes:
+        """The bytes of one piece, checked against its hash and size (a replay reads them one
+        at a time as it serves them); raises CassetteError naming a missing or damaged one."""
         ...
 
     def response_keys(self, run_id: str) -> dict[int, str]:
@@ -83,8 +94,9 @@ class RunStore(Protocol):
         self, run_id: str, *, bodies: bool = True, damaged: list[CassetteError] | None = None
     ) -> list[Exchange]:
         """A run's exchanges in step order; `bodies=False` may skip loading request/response
-        bytes (and a stream's chunk bytes). A step that does not read raises a CassetteError
-        naming it, or with `damaged` is left out and its error added there."""
+        bytes (and a stream's chunk bytes). A body's pieces are named, never loaded. A step
+        that does not read raises a CassetteError naming it, or with `damaged` is left out
+        and its error added there."""
         ...
 
     def step_count(self, run_id: str) -> int: ...

@@ -16,12 +16,15 @@ from forkpoint.cassettes.formats import har, jsonl, text
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.config import DEFAULT_ROUTES
 from forkpoint.errors import AlreadyRecorded, CassetteError, ConfigError, RunNotFound
-from forkpoint.models import Exchange, Run, new_run_id
+from forkpoint.models import Blob, Chunk, Exchange, Run, new_run_id
 
-__all__ = ["FORMATS", "copy_runs", "dump_run", "guess_format", "load_file"]
+__all__ = ["FORMATS", "copy_runs", "dump_run", "guess_format", "joined", "load_file"]
 
 # Exchanges written per transaction by `copy_runs`.
 COPY_BATCH = 200
+# The largest body written to a file (bytes): a file holds its bodies whole, so a body in
+# pieces up to this is joined into it, and a larger one refused rather than cut.
+FILE_BODY_LIMIT = 64 * 1024 * 1024
 
 Dumps = Callable[[Run, Sequence[Exchange]], str]
 Loads = Callable[..., tuple[Run, list[Exchange]]]
@@ -36,7 +39,27 @@ def dump_run(store: Store, ref: str, *, fmt: str) -> str:
     """RUN (id, id prefix or name) in the store, as the text of a `fmt` file."""
     dumps = _format(fmt)[0]
     run = store.find_run(ref)
-    return dumps(run, store.exchanges(run.id))
+    return dumps(run, joined(store, store.exchanges(run.id)))
+
+
+def joined(
+    store: Store, exchanges: Sequence[Exchange], limit: int = FILE_BODY_LIMIT
+) -> list[Exchange]:
+    """`exchanges` with their bodies whole, for a file: pieces read from `store` and joined
+    into the body (a stream's as chunks at their offsets), up to `limit` bytes a body; a
+    larger one stays in pieces, which the formats refuse (`interop.held_whole`)."""
+    whole = []
+    for exchange in exchanges:
+        if exchange.pieces and exchange.body_size <= limit:
+            parts = [store.piece(piece) for piece in exchange.pieces]
+            chunks = exchange.chunks
+            if chunks is not None:
+                pairs = zip(exchange.pieces, parts, strict=True)
+                chunks = [*chunks, *(Chunk(piece.offset_ms, part) for piece, part in pairs)]
+            body = exchange.response_body + b"".join(parts)
+            exchange = replace(exchange, response_body=body, chunks=chunks, pieces=())
+        whole.append(exchange)
+    return whole
 
 
 def load_file(
@@ -66,7 +89,8 @@ def copy_runs(
     source: Store, target: Store, refs: Sequence[str] = ()
 ) -> Iterator[tuple[Run, int | None]]:
     """Copy the runs `refs` name (every run if none), each with the runs it was forked or
-    replayed from, oldest first, as they are: same ids, steps, bytes and snapshots. Yields each
+    replayed from, oldest first, as they are: same ids, steps, bytes (a body's pieces too) and
+    snapshots. Yields each
     run with its step count, or None for a run the target holds already (never rewritten)."""
     chosen = [source.find_run(ref) for ref in refs] if refs else source.list_runs()
     runs: dict[str, Run] = {}
@@ -90,7 +114,11 @@ def copy_runs(
             continue
         exchanges = source.exchanges(run.id)
         for start in range(0, len(exchanges), COPY_BATCH):
-            target.add_exchanges(exchanges[start : start + COPY_BATCH])
+            batch = exchanges[start : start + COPY_BATCH]
+            for piece in (piece for exchange in batch for piece in exchange.pieces):
+                # one at a time: a body in pieces is never held whole, here either
+                target.add_pieces([Blob(piece.digest, source.piece(piece))])
+            target.add_exchanges(batch)
         for snapshot in source.snapshots(run.id, data=True):
             target.add_snapshot(snapshot)
         yield run, len(exchanges)

@@ -129,6 +129,8 @@ def show(cassette: str | None, run: str, as_json: bool) -> None:
         flag = "" if e.complete else "  [incomplete]"
         if e.note:  # served though not an exact match: say what was set aside
             flag += f"  [{e.note}]"
+        if e.pieces:  # named by the store, never loaded: their size is all show reads of them
+            flag += f"  [{sum(p.size for p in e.pieces)} bytes in pieces]"
         echo(
             f"{e.step:>4}  {s.kind if s else '':5}  {e.origin:8}  {e.status or '-':>6}  "
             f"{(s.model if s else None) or '-':22}  {usage.input if usage else '-':>6}  "
@@ -179,6 +181,8 @@ def _exchange_json(e: Exchange) -> dict[str, Any]:
         "complete": e.complete,
         "error": e.error,
         "note": e.note,
+        "pieces": len(e.pieces),
+        "bytes_in_pieces": sum(p.size for p in e.pieces),
         "usage": None
         if usage is None
         else {

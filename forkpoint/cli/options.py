@@ -21,7 +21,6 @@ from forkpoint.cli.terminal import echo
 from forkpoint.engine.config import (
     DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
-    DEFAULT_MAX_RECORD_BODY,
     DEFAULT_UPSTREAM,
     OnDivergence,
 )
@@ -100,16 +99,21 @@ def limit_options(command: Command) -> Command:
         "and how long an idle connection is kept, s.",
     )(command)  # fmt: skip
     command = click.option(
-        "--max-record-body", default=DEFAULT_MAX_RECORD_BODY // 2**20, show_default=True,
-        type=click.IntRange(min=0),
-        help="Most of a response body recorded, MiB (the agent gets it all; the cassette "
-        "marks the rest not kept).",
+        "--max-record-body", default=None, type=click.IntRange(min=0),
+        help="A cap on what of a response body is recorded, MiB (default: every byte, in "
+        "pieces past 4 MiB; past a cap the agent still gets it all and the cassette marks "
+        "the rest not kept).",
     )(command)  # fmt: skip
     return click.option(
         "--read-timeout", default=600.0, show_default=True,
         help="How long an upstream may stall before its first byte or between two, s "
         "(minutes: models pause long between stream events).",
     )(command)  # fmt: skip
+
+
+def mib(value: int | None) -> int | None:
+    """A size given in MiB, in bytes (None stays None: no cap)."""
+    return None if value is None else value * 2**20
 
 
 def snapshot_options(command: Command) -> Command:

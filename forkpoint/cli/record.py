@@ -9,6 +9,7 @@ from forkpoint.cli.options import (
     cassette_option,
     intercept_options,
     limit_options,
+    mib,
     parse_pairs,
     parse_routes,
     port_option,
@@ -36,7 +37,7 @@ def record(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], name: str | None,
     labels: tuple[str, ...], port: int, read_timeout: float, client_timeout: float,
-    max_body: int, max_record_body: int, workspace: str | None,
+    max_body: int, max_record_body: int | None, workspace: str | None,
     snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None,
     cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
@@ -53,7 +54,7 @@ def record(
         cassette=cassette, upstream=upstream, routes=parse_routes(routes), name=name,
         labels=parse_pairs(labels, "--label"), port=port, read_timeout=read_timeout,
         client_timeout=client_timeout, max_body=max_body * 2**20,
-        max_record_body=max_record_body * 2**20, workspace=workspace,
+        max_record_body=mib(max_record_body), workspace=workspace,
         snapshots=snapshot_policy, intercept=intercept,
     )  # fmt: skip
     report_run(api.record(cmd, options))

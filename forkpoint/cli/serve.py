@@ -11,6 +11,7 @@ from forkpoint.cli.options import (
     cassette_option,
     intercept_options,
     limit_options,
+    mib,
     pace_option,
     parse_routes,
     reports_errors,
@@ -46,7 +47,7 @@ def serve(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], host: str, port: int,
     replay_run: str | None, pace: str, read_timeout: float, client_timeout: float,
-    max_body: int, max_record_body: int,
+    max_body: int, max_record_body: int | None,
     intercept: InterceptOptions | None, adapter_hosts: tuple[str, ...], token: str | None,
 ) -> None:  # fmt: skip
     """Serve the proxy until interrupted, recording every run that comes through.
@@ -65,7 +66,7 @@ def serve(
         cassette=cassette, host=host, port=port, upstream=upstream,
         routes=parse_routes(routes), pace=Pace.parse(pace), read_timeout=read_timeout,
         client_timeout=client_timeout, max_body=max_body * 2**20,
-        max_record_body=max_record_body * 2**20,
+        max_record_body=mib(max_record_body),
         intercept=intercept, adapter_hosts=adapter_hosts,
         token=token,
     )  # fmt: skip

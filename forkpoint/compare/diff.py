@@ -312,7 +312,10 @@ def _call_keys(calls: Sequence[ToolCall] | Sequence[SequencedCall]) -> list[tupl
 
 
 def _body(exchange: Exchange) -> object:
-    """The response body as a value: JSON compared as data, anything else as bytes."""
+    """The response body as a value: JSON compared as data, anything else as bytes; a body
+    in pieces as its held bytes and its pieces' hashes (it is never loaded whole)."""
+    if exchange.pieces:
+        return exchange.response_body, tuple(piece.digest for piece in exchange.pieces)
     encoding = header(exchange.response_headers, "content-encoding")
     try:
         raw = decode_body(exchange.response_body, encoding)

@@ -30,7 +30,8 @@ from forkpoint.doors.auth import tokens
 from forkpoint.doors.control import PREFIX as CONTROL_PREFIX
 from forkpoint.doors.control import Control
 from forkpoint.doors.mocks import run_mock
-from forkpoint.doors.ports import Recorder, Sender, Sessions, Snapshots
+from forkpoint.doors.pieces import Spilling, served
+from forkpoint.doors.ports import Pieces, Recorder, Sender, Sessions, Snapshots
 from forkpoint.doors.server_log import SERVER_LOG
 from forkpoint.doors.sockets import Sockets
 from forkpoint.engine.config import (
@@ -69,10 +70,10 @@ from forkpoint.engine.lifecycle import (
     SendBody,
     SendEnd,
     SendHead,
+    Spill,
     Tee,
     Warn,
     answer,
-    serve_plan,
 )
 from forkpoint.engine.mocks import MockRequest
 from forkpoint.engine.pace import Pace
@@ -106,6 +107,7 @@ class Gateway:
         sender: Sender,
         recorder: Recorder,
         snapshots: Snapshots,
+        pieces: Pieces,
         pace: Pace = Pace(),
         max_body: int = DEFAULT_MAX_BODY,
         client_timeout: float = DEFAULT_CLIENT_TIMEOUT,
@@ -118,6 +120,8 @@ class Gateway:
         self.sender = sender
         self.recorder = recorder
         self.snapshots = snapshots
+        self.pieces = pieces
+        self._spilling = Spilling(recorder)
         self.control = Control(snapshots, adapter_hosts=adapter_hosts)
         self.sockets = Sockets(sender=sender, recorder=recorder, pace=pace, sessions=sessions)
         self.pace = pace
@@ -309,6 +313,8 @@ class Gateway:
                     request.transport.abort()
             case Commit(exchange):
                 self.recorder.submit(exchange)
+            case Spill(blob):  # journaled before the bytes after it go out
+                await self._spilling.spill(blob)
             case Warn(message):
                 log.warning("forkpoint: %s", message)
             case _:
@@ -320,20 +326,13 @@ class Gateway:
             case Forward():
                 return self._forwarded(action)
             case Serve():
-                return self._served(action, started)
+                return served(action.recorded, self.pace, started, self.pieces)
             case Mock():
                 return self._mocked(action)
             case Fail():
                 return _listed(answer(action.status, action.headers, action.body))
             case _:
                 assert_never(action)
-
-    async def _served(self, action: Serve, started: float) -> AsyncIterator[Event]:
-        for delay, event in serve_plan(action.recorded, self.pace):
-            wait = started + delay - time.perf_counter()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            yield event
 
     async def _forwarded(self, action: Forward) -> AsyncIterator[Event]:
         request = action.record

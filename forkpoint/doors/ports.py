@@ -10,9 +10,9 @@ from typing import Protocol
 from forkpoint.adapters.protocol import Adapter
 from forkpoint.engine.frames import Frame
 from forkpoint.engine.session import Session
-from forkpoint.models import Exchange, Headers, Run, Snapshot
+from forkpoint.models import Blob, Exchange, Headers, Piece, Run, Snapshot
 
-Item = Exchange | Snapshot | Run
+Item = Exchange | Snapshot | Run | Blob
 
 
 class Sessions(Protocol):
@@ -30,7 +30,20 @@ class Sessions(Protocol):
 
 class Recorder(Protocol):
     def submit(self, item: Item) -> None:
-        """Hand over a completed item (a run to create, an exchange, a snapshot); never blocks."""
+        """Hand over a completed item (a run to create, an exchange, a snapshot, a piece of a
+        body); never blocks."""
+        ...
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait (blocking: the door calls it on a thread) until what was submitted is
+        committed, or held in the journal; False on timeout."""
+        ...
+
+
+class Pieces(Protocol):
+    def piece(self, piece: Piece) -> bytes:
+        """The stored bytes of a piece of a recorded body; raises CassetteError (blocking: the
+        door reads on a thread)."""
         ...
 
 

@@ -21,9 +21,12 @@ GATEWAY_HEADERS = frozenset({RUN_HEADER, INTERCEPT_HEADER, ORIGIN_HEADER, "host"
 DIVERGENCE_STATUS = 400
 # The largest request body a front door accepts (it reads a request whole, to match it).
 DEFAULT_MAX_BODY = 256 * 1024 * 1024
-# The most of a response body a recording keeps (the agent always gets all of it): past it,
-# the exchange is recorded as what was kept, incomplete, so memory stays flat (issue 14.6).
-DEFAULT_MAX_RECORD_BODY = 32 * 1024 * 1024
+# How much of a response body a tee holds in memory (bytes); past it the body is recorded in
+# pieces of PIECE_SIZE, each stored as a blob as it fills, so memory stays flat however large
+# the body (issue 14.6). The held part is what summaries and diffs read whole: 4 MiB holds any
+# model's answer; a body past it (a file, a large embeddings batch) is summarized from it.
+DEFAULT_HOLD_BODY = 4 * 1024 * 1024
+PIECE_SIZE = 4 * 1024 * 1024
 
 # How long an agent may take to send a request's head or stall in its body, and how long its
 # idle connection is kept (s): a client that sends slowly cannot hold a connection forever.
@@ -86,7 +89,9 @@ def _join(base: str, route: str) -> str:
 class EngineConfig:
     routes: Routes = Routes()
     match: MatchConfig = MatchConfig()
-    max_record_body: int = DEFAULT_MAX_RECORD_BODY  # bytes of a response body recorded
+    # A cap on the bytes of a response body recorded (None: every byte, in pieces past
+    # DEFAULT_HOLD_BODY); past it the exchange is recorded as what was kept, incomplete.
+    max_record_body: int | None = None
 
     @property
     def redaction(self) -> Redaction:

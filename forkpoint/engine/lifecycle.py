@@ -16,11 +16,19 @@ upstream, the plan or a mock), feed it to the tee, carry out the commands.
 head gives is committed as its last chunk arrives, before it is sent (an empty one before its
 head); a chunked body before its terminating chunk.
 
-The agent always gets every byte, as it comes; the record keeps at most `limit` bytes of a
-body (a stream's chunk records count `CHUNK_COST` each besides their data, so a million tiny
-chunks are bounded too). A body over it is recorded as what was kept, `complete=False`, with
-an `error` saying how many bytes were not kept, and the tee says so once with a `Warn`; a
-replay serves what was kept, then cuts, as for a stream cut when recorded.
+The agent always gets every byte, as it comes, and the record keeps every byte too, with
+memory flat: the tee holds the first `hold` bytes of a body (a stream's chunk records count
+`CHUNK_COST` each besides their data, so a million tiny chunks are bounded too); past that it
+cuts what follows into pieces of `piece` bytes and hands each on as a `Spill` (a blob, named
+by its sha256) before the bytes after it go out, so the exchange committed at the end names
+its pieces instead of holding them. A stream's chunk records stop at the budget: each piece is
+then one chunk, served at the time its first byte arrived. The bytes are exact; only the
+timing inside a piece is coarser, which a body of megabytes cannot tell apart.
+
+`limit` caps what is recorded at all (None: nothing is left out). A body over it is recorded
+as what was kept, `complete=False`, with an `error` saying how many bytes were not kept, and
+the tee says so once with a `Warn`; a replay serves what was kept, then cuts, as for a stream
+cut when recorded.
 
     tee = Tee(record, started=now())
     for event in events:
@@ -33,11 +41,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
 
-from forkpoint.engine.config import DEFAULT_MAX_RECORD_BODY
+from forkpoint.engine.config import DEFAULT_HOLD_BODY, PIECE_SIZE
 from forkpoint.engine.encoding import header
 from forkpoint.engine.pace import Pace
+from forkpoint.engine.pieces import Cutter
 from forkpoint.engine.redaction import DEFAULT, REDACTED, Redaction, end_to_end
-from forkpoint.models import Chunk, Exchange, Headers
+from forkpoint.models import Blob, Chunk, Exchange, Headers, Piece
 
 # events: what happens to a response
 
@@ -54,7 +63,11 @@ class Head:
 
 @dataclass(frozen=True, slots=True)
 class Body:
+    """Bytes of the body; `piece`, when they are a stored piece being served again, which a
+    tee past its budget names as it is instead of storing it again."""
+
     data: bytes
+    piece: Piece | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +97,15 @@ class HangUp:
 
 
 Event = Head | Body | End | Cut | NoAnswer | HangUp
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """In a serve plan: a piece of the recorded body, whose bytes are in the store. The front
+    door reads it as it serves it (off its event loop) and feeds the tee `Body(data, piece)`,
+    so a replay never holds a large body whole."""
+
+    piece: Piece
 
 # commands: what the front door does
 
@@ -117,16 +139,23 @@ class Commit:
 
 
 @dataclass(frozen=True, slots=True)
+class Spill:
+    """Hand one piece of the body to the recorder, ahead of the exchange that will name it."""
+
+    blob: Blob
+
+
+@dataclass(frozen=True, slots=True)
 class Warn:
     """Tell the operator: the body passed the recording limit (once per response)."""
 
     message: str
 
 
-Command = SendHead | SendBody | SendEnd | Drop | Commit | Warn
+Command = SendHead | SendBody | SendEnd | Drop | Commit | Spill | Warn
 
 # What one kept chunk of a stream costs beside its data (the Chunk, its bytes and its offset,
-# in memory and in the journal), counted against the recording limit.
+# in memory and in the journal), counted against the budget held and the recording limit.
 CHUNK_COST = 128
 
 
@@ -141,7 +170,8 @@ class Tee:
 
     `record` holds the request side (from `decide`); the tee fills in the response as the
     agent gets it. `keep=False` commits nothing (a resume serving steps its run holds).
-    `limit`: the most body bytes recorded (the agent gets them all).
+    `hold`: body bytes held in memory, past which the body leaves in pieces of `piece` bytes;
+    `limit`: the most body bytes recorded at all (None: all of them; the agent gets them all).
     Times are seconds on the front door's clock; the record keeps milliseconds since `started`.
     """
 
@@ -152,16 +182,22 @@ class Tee:
         *,
         keep: bool = True,
         redaction: Redaction = DEFAULT,
-        limit: int = DEFAULT_MAX_RECORD_BODY,
+        limit: int | None = None,
+        hold: int = DEFAULT_HOLD_BODY,
+        piece: int = PIECE_SIZE,
     ):
         self.record = record
         self._started = started
         self._keep = keep
         self._redaction = redaction
         self._limit = limit
-        self._chunks: list[Chunk] = []  # a stream's, as it passed
-        self._whole = bytearray()  # any other body's
-        self._room = limit  # what the record may still take
+        self._hold = hold
+        self._chunks: list[Chunk] = []  # a stream's, as it passed, within the budget
+        self._whole = bytearray()  # any other body's, within the budget
+        self._held = 0  # what the budget has taken
+        self._spilling = False  # past the budget: the rest goes in pieces
+        self._cutter = Cutter(piece)
+        self._room = limit  # what the record may still take (None: no end)
         self._unkept = 0  # body bytes past the limit
         self._streamed = False
         self._state = _State.WAITING
@@ -180,8 +216,8 @@ class Tee:
         match event:
             case Head(status, headers, streamed):
                 return self._head(status, headers, streamed, at)
-            case Body(data):
-                return [*self._keep_body(data, at), *self._body(data, at)]
+            case Body(data, piece):
+                return [*self._keep_body(data, piece, at), *self._body(data, at)]
             case End():
                 return [*self._end(at), SendEnd()]
             case Cut(reason) | NoAnswer(reason):
@@ -208,28 +244,49 @@ class Tee:
             return [*self._commit(at), send]
         return [send]
 
-    def _keep_body(self, data: bytes, at: float) -> list[Command]:
-        """Record what the limit leaves room for; the first byte past it warns."""
+    def _keep_body(self, data: bytes, piece: Piece | None, at: float) -> list[Command]:
+        """Record what the limit leaves room for: held within the budget, in pieces past it.
+        The first byte past the limit warns."""
         if not data:
             return []
-        cost = CHUNK_COST if self._streamed else 0
-        kept = data if len(data) + cost <= self._room else data[: max(self._room - cost, 0)]
-        if kept and self._streamed:
-            self._chunks.append(Chunk(at, kept))
-        elif kept:
-            self._whole += kept
-        self._room -= len(kept) + (cost if kept else 0)
+        cost = CHUNK_COST if self._streamed and not self._spilling else 0
+        kept = data
+        if self._room is not None and len(data) + cost > self._room:
+            kept = data[: max(self._room - cost, 0)]
+        commands = self._store(kept, piece if kept is data else None, at)
+        if self._room is not None:
+            self._room -= len(kept) + (cost if kept else 0)
         if len(kept) == len(data):
-            return []
+            return commands
         self._room = 0  # nothing more is kept, however small
         first = self._unkept == 0
         self._unkept += len(data) - len(kept)
         if not first:
-            return []
+            return commands
         record = self.record
-        return [Warn(f"run {record.run_id} step {record.step}: the response body passed the "
-                     f"{self._limit} byte recording limit (--max-record-body); the agent gets "
-                     "all of it, the cassette the first part, marked incomplete")]  # fmt: skip
+        return [*commands, Warn(
+            f"run {record.run_id} step {record.step}: the response body passed the "
+            f"{self._limit} byte recording limit (--max-record-body); the agent gets all of "
+            "it, the cassette the first part, marked incomplete")]  # fmt: skip
+
+    def _store(self, kept: bytes, piece: Piece | None, at: float) -> list[Command]:
+        """Hold `kept` within the budget; past it, cut it into pieces to spill."""
+        if not kept:
+            return []
+        cost = CHUNK_COST if self._streamed else 0
+        if not self._spilling and self._held + len(kept) + cost <= self._hold:
+            self._held += len(kept) + cost
+            if self._streamed:
+                self._chunks.append(Chunk(at, kept))
+            else:
+                self._whole += kept
+            return []
+        self._spilling = True
+        if not self._keep:
+            return []  # nothing of it is recorded: nothing to hold for it
+        if piece is not None and self._cutter.name(piece, kept, at):
+            return []  # a stored piece served again: named as it is, not stored twice
+        return [Spill(blob) for blob in self._cutter.add(kept, at)]
 
     def _body(self, data: bytes, at: float) -> list[Command]:
         if not data:
@@ -245,18 +302,25 @@ class Tee:
 
     def _commit(self, at: float, *, error: str | None = None) -> list[Command]:
         """The exchange as the agent has it, committed once: at the end of the response, or
-        as its last byte (of a length the head gave) goes out."""
+        as its last byte (of a length the head gave) goes out. Its last piece goes first."""
         if self._committed:
             return []
         self._committed = True
+        spills: list[Command] = [Spill(blob) for blob in self._cutter.close()]
         record = self.record
         record.duration_ms = at
+        record.pieces = tuple(self._cutter.pieces)
         if self._streamed:  # chunk sizes count the bytes as sent
             body = b"".join([chunk.data for chunk in self._chunks])
             record.response_body, record.chunks = body, self._chunks
-        else:  # a token endpoint's answer is a secret too
+        else:
             body, self._whole = bytes(self._whole), bytearray()
-            record.response_body = self._redaction.body(body, record.response_headers)
+            # a token endpoint's answer is a secret too; a body in pieces (megabytes) is no
+            # token's, and its held part alone is no JSON to mask in
+            pieced = bool(record.pieces)
+            record.response_body = (
+                body if pieced else self._redaction.body(body, record.response_headers)
+            )
             record.chunks = None
         if self._unkept:
             over = (f"response body over the {self._limit} byte recording limit "
@@ -264,7 +328,7 @@ class Tee:
             error = over if error is None else f"{error} ({over})"
         if error is not None:  # an upstream's error may name a URL with its key in it
             record.complete, record.error = False, self._redaction.text(error)
-        return [Commit(record)] if self._keep else []
+        return [*spills, Commit(record)] if self._keep else []
 
     def _ms(self, now: float) -> float:
         return round((now - self._started) * 1000, 3)
@@ -289,13 +353,14 @@ def is_stream(headers: Headers) -> bool:
 
 # where events come from, besides the upstream
 
-Timed = tuple[float, Event]  # (seconds after the request to deliver it, the event)
+Planned = Event | Load
+Timed = tuple[float, Planned]  # (seconds after the request to deliver it, the event)
 
 
 def serve_plan(recorded: Exchange, pace: Pace = Pace()) -> list[Timed]:
     """The events that serve `recorded` again, each with its delay under `pace`: the head at
-    its time to first byte, each chunk at its offset, then the end, or the cut or failure the
-    recording saw."""
+    its time to first byte, each chunk at its offset, each piece (a `Load`) at its own, then
+    the end, or the cut or failure the recording saw."""
 
     def at(offset_ms: float | None) -> float:
         return 0.0 if pace.factor is None or offset_ms is None else offset_ms / 1000 / pace.factor
@@ -307,11 +372,14 @@ def serve_plan(recorded: Exchange, pace: Pace = Pace()) -> list[Timed]:
         (at(recorded.ttfb_ms), Head(recorded.status, recorded.response_headers, recorded.streamed))
     ]
     if recorded.chunks is not None:
-        pieces = recorded.chunks
+        held = recorded.chunks
     else:
-        pieces = [Chunk(recorded.ttfb_ms or 0.0, recorded.response_body)]
-    for chunk in pieces:  # never earlier than what came before it
-        plan.append((max(at(chunk.offset_ms), plan[-1][0]), Body(chunk.data)))
+        held = [Chunk(recorded.ttfb_ms or 0.0, recorded.response_body)]
+    for chunk in held:  # never earlier than what came before it
+        if chunk.data or not recorded.pieces:
+            plan.append((max(at(chunk.offset_ms), plan[-1][0]), Body(chunk.data)))
+    for piece in recorded.pieces:
+        plan.append((max(at(piece.offset_ms), plan[-1][0]), Load(piece)))
     ending: Event = End() if recorded.complete else Cut(recorded.error or "cut when recorded")
     plan.append((plan[-1][0], ending))
     return plan

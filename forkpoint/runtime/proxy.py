@@ -85,6 +85,7 @@ class Proxy:
             sender=self.sender,
             recorder=self.recorder,
             snapshots=self.snapshots,
+            pieces=store,
             pace=pace,
             max_body=max_body,
             client_timeout=client_timeout,

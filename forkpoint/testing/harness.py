@@ -23,6 +23,7 @@ from forkpoint.api import Options, engine_config, make_change
 from forkpoint.api.env import agent_env
 from forkpoint.cassettes.formats import text
 from forkpoint.cassettes.memory import MemoryStore
+from forkpoint.cassettes.transfer import joined
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import DEFAULT_ROUTES, OnDivergence
 from forkpoint.engine.pace import Pace
@@ -241,7 +242,7 @@ class CassetteProxy:
         if self.served is Served.NEW_EPISODES:  # one recording: what was, and what is new
             run = dataclasses.replace(run, mode=Mode.RECORD, parent_id=None)
             exchanges = _merge(session, exchanges)
-        text.write(self.cassette, run, exchanges)
+        text.write(self.cassette, run, joined(self.store, exchanges))
 
 
 def _merge(session: Session, exchanges: list[Exchange]) -> list[Exchange]:

@@ -6,6 +6,7 @@ each store; here is what every caller may rely on, whatever holds the cassette.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +18,12 @@ from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.cassettes.store import Store, StoredBranch, StoredExperiment
 from forkpoint.errors import AlreadyRecorded, CassetteError, ConfigError, RunNotFound
 from forkpoint.models import (
+    Blob,
     Chunk,
     Exchange,
     Kind,
     Origin,
+    Piece,
     Run,
     RunStatus,
     Snapshot,
@@ -265,6 +268,41 @@ def test_response_keys_are_equal_for_equal_response_bodies(store: Store):
     assert store.response_keys("unknown") == {}
 
 
+def pieces_of(data: bytes, size: int, at: float = 5.0) -> tuple[list[Blob], tuple[Piece, ...]]:
+    """`data` as a tee spills it: blobs of `size` bytes, and the pieces that name them."""
+    parts = [data[start : start + size] for start in range(0, len(data), size)]
+    blobs = [Blob(hashlib.sha256(part).hexdigest(), part) for part in parts]
+    return blobs, tuple(Piece(b.digest, len(b.data), at + n) for n, b in enumerate(blobs))
+
+
+def test_a_body_in_pieces_reads_back_exact_and_its_pieces_only_when_asked(store: Store):
+    store.create_run(Run("r1"))
+    rest = bytes(range(256)) * 4096 + b"tail"  # 1 MiB and a bit, in pieces of 256 KiB
+    blobs, pieces = pieces_of(rest, 256 * 1024)
+    store.add_pieces(blobs)
+    store.add_pieces(blobs[:2])  # twice is harmless: a piece is a blob
+    plain = exchange(0, response_body=b"held part", pieces=pieces)
+    stream = exchange(1, response_body=b"data: a\n\n", chunks=[Chunk(1.0, b"data: a\n\n")],
+                      pieces=pieces[:2])  # fmt: skip
+    store.add_exchanges([plain, stream])
+    loaded, streamed = store.exchanges("r1")
+    # reading the run holds the held part and the pieces' names, never their bytes
+    assert (loaded.response_body, loaded.pieces) == (b"held part", pieces)
+    assert loaded.body_size == len(b"held part") + len(rest)
+    assert streamed.chunks == [Chunk(1.0, b"data: a\n\n")] and streamed.pieces == pieces[:2]
+    assert b"".join(store.piece(piece) for piece in loaded.pieces) == rest
+    assert store.exchanges("r1", bodies=False)[0].pieces == pieces
+    keys = store.response_keys("r1")
+    store.add_exchanges([exchange(2, response_body=b"held part")])
+    assert store.response_keys("r1")[2] != keys[0]  # the pieces are part of the body
+
+
+def test_a_piece_the_store_lacks_is_a_clear_error(store: Store):
+    _, (piece,) = pieces_of(b"never stored", 64)
+    with pytest.raises(CassetteError, match=piece.digest):
+        store.piece(piece)
+
+
 # snapshots
 
 
@@ -361,6 +399,8 @@ def test_a_closed_store_refuses_every_call(store: Store):
         lambda: store.allocate_step("r1"), lambda: store.response_keys("r1"),
         lambda: store.add_snapshot(Snapshot("r1", 0, "a")), lambda: store.snapshots("r1"),
         lambda: store.latest_snapshots("r1"), store.list_experiments,
+        lambda: store.add_pieces([Blob("0" * 64, b"")]),
+        lambda: store.piece(Piece("0" * 64, 0, 0.0)),
         lambda: store.create_experiment(StoredExperiment("e", 1.0, None, {})),
     ]  # fmt: skip
     for call in calls:

@@ -114,3 +114,23 @@ def test_messages_never_show_the_password():
         "postgresql://u:***@db.example:5433/x?a=b"
     )
     assert redact("postgresql://db/x") == "postgresql://db/x"
+
+
+def test_a_version_2_store_is_read_as_it_is_and_migrated_by_a_writer(postgres_url: str):
+    store = PostgresStore(postgres_url)
+    store.create_run(Run("old"))
+    store.add_exchanges([exchange(0, run_id="old")])
+    store.close()
+    with psycopg.connect(postgres_url) as conn:  # as forkpoint left it before pieces
+        conn.execute("ALTER TABLE exchanges DROP COLUMN response_pieces")
+        conn.execute("UPDATE forkpoint_schema SET version = 2")
+    reader = PostgresStore(postgres_url, read_only=True)
+    assert [(e.step, e.pieces) for e in reader.exchanges("old")] == [(0, ())]
+    assert list(reader.response_keys("old")) == [0]
+    reader.close()
+    with psycopg.connect(postgres_url) as conn:  # read, not migrated
+        assert conn.execute("SELECT version FROM forkpoint_schema").fetchone() == (2,)
+    writer = PostgresStore(postgres_url)
+    assert writer.schema_version == SCHEMA_VERSION == 3
+    assert [e.pieces for e in writer.exchanges("old")] == [()]
+    writer.close()

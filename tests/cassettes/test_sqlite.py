@@ -14,7 +14,7 @@ import pytest
 from forkpoint.cassettes import blobs
 from forkpoint.cassettes.sqlite.store import SCHEMA_VERSION, SqliteStore
 from forkpoint.errors import CassetteError, SchemaVersionError
-from forkpoint.models import Chunk, Kind, Run, Summary, ToolCall, Usage
+from forkpoint.models import Blob, Chunk, Kind, Piece, Run, Summary, ToolCall, Usage
 from tests.cassettes.test_contract import conversation, exchange
 
 
@@ -161,3 +161,16 @@ def test_processes_allocating_steps_of_one_run_never_share_one(tmp_path: Path):
                                   stdout=subprocess.PIPE, text=True) for _ in range(3)]  # fmt: skip
     steps = [int(s) for p in processes for s in p.communicate(timeout=60)[0].split()]
     assert sorted(steps) == list(range(600))
+
+
+def test_a_piece_whose_blob_was_changed_is_named_damaged_not_served(store: SqliteStore):
+    data = b"a piece of a large body " * 100
+    piece = Piece(blobs.content_hash(data), len(data), 0.0)
+    store.add_pieces([Blob(piece.digest, data)])
+    conn = sqlite3.connect(store.path)
+    with conn:  # the cassette damaged behind forkpoint's back
+        conn.execute("UPDATE blobs SET codec='raw', data=? WHERE hash=?",
+                     (b"other bytes", piece.digest))  # fmt: skip
+    conn.close()
+    with pytest.raises(CassetteError, match=f"the piece {piece.digest} is damaged"):
+        store.piece(piece)

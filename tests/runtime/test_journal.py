@@ -3,13 +3,14 @@ what the store holds; a live process's journal is left alone; a cut last frame i
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.engine.matching import MatchConfig
-from forkpoint.models import Run
+from forkpoint.models import Blob, Exchange, Piece, Run
 from forkpoint.runtime.recording.journal import Journal, journal_dir, read_items
 from forkpoint.runtime.recording.journaled import held_exchanges, merge_orphans
 from tests.builders import exchange
@@ -40,6 +41,38 @@ def test_a_dead_process_journal_is_merged_once_and_never_over_what_is_stored(sto
     assert not list(directory.iterdir())  # merged, then deleted
     assert merge_orphans(store, MatchConfig()) == 0
     assert held_exchanges(store)[0] == {}
+
+
+def test_pieces_a_dead_process_journaled_are_merged_with_their_exchange_once(store):
+    parts = [b"a" * 70_000, b"b" * 70_000]
+    blobs = [Blob(hashlib.sha256(part).hexdigest(), part) for part in parts]
+    journal = Journal(journal_dir(store))
+    journal.entry(Run("r1"))
+    for blob in blobs:
+        journal.entry(blob)
+    pieces = tuple(Piece(b.digest, len(b.data), 2.0) for b in blobs)
+    journal.entry(exchange(run_id="r1", step=0, response_body=b"held", pieces=pieces))
+    died(journal)
+    store.create_run(Run("r1"))
+    store.add_pieces(blobs[:1])  # the writer had got as far as the first piece
+    assert merge_orphans(store, MatchConfig()) == 1
+    (merged,) = store.exchanges("r1")
+    assert [store.piece(piece) for piece in merged.pieces] == parts
+    assert merge_orphans(store, MatchConfig()) == 0
+
+
+def test_an_exchange_an_older_forkpoint_journaled_reads_with_no_pieces(store):
+    journal = Journal(journal_dir(store))
+    journal.entry(Run("r1"))
+    old = exchange(run_id="r1", step=0)
+    del old.pieces  # as pickled before the field existed: its state lacks it
+    journal.entry(old)
+    [segment] = journal.segments
+    (_, revived) = read_items(segment.path)
+    assert isinstance(revived, Exchange) and revived.pieces == ()
+    died(journal)
+    assert merge_orphans(store, MatchConfig()) == 1
+    assert store.exchanges("r1")[0].pieces == ()
 
 
 def test_a_cut_last_frame_is_ignored(store):

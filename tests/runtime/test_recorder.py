@@ -4,6 +4,8 @@ writer process, what happens when it dies, when the proxy dies, and on Ctrl-C.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import logging
 import os
 import signal
@@ -21,7 +23,7 @@ import pytest
 from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.engine.matching import MatchConfig, fingerprint
-from forkpoint.models import Exchange, Run, Snapshot
+from forkpoint.models import Blob, Exchange, Piece, Run, Snapshot
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.recording.journaled import Journaled, held_exchanges
 from forkpoint.runtime.recording.process import (
@@ -59,7 +61,7 @@ class Running:
         self._thread = LoopThread("recorder-test")
         self._thread.call(recorder.start())
 
-    def submit(self, *items: Exchange | Snapshot) -> None:
+    def submit(self, *items: Exchange | Snapshot | Blob) -> None:
         async def submit_all() -> None:
             for item in items:
                 self.recorder.submit(item)
@@ -120,6 +122,18 @@ def test_exchanges_and_snapshots_are_summarized_fingerprinted_and_committed(stor
                            MatchConfig())  # fmt: skip
     assert {e.fingerprint for e in loaded} == {expected}
     assert [s.data for s in store.latest_snapshots("r1")] == [b'{"turn": 20}']
+
+
+def test_the_pieces_of_a_body_go_in_before_the_exchange_that_names_them(store, start):
+    store.create_run(Run("r1"))
+    parts = [bytes([n]) * 300_000 for n in range(3)]
+    blobs = [Blob(hashlib.sha256(part).hexdigest(), part) for part in parts]
+    pieces = tuple(Piece(b.digest, len(b.data), 1.0) for b in blobs)
+    running = start(store)
+    running.submit(*blobs, dataclasses.replace(exchange("r1", 0), pieces=pieces))
+    assert running.flush(10)
+    (loaded,) = store.exchanges("r1")
+    assert [store.piece(piece) for piece in loaded.pieces] == parts
 
 
 def test_a_bad_exchange_does_not_lose_the_others_of_its_batch(store, start):

@@ -18,6 +18,7 @@ from forkpoint.testing.harness import (
     options_for,
 )
 from forkpoint.testing.record_mode import RecordMode
+from tests.e2e.test_big_response import MIB, expected, fetched, start_upstream, stop_upstream
 
 
 def ask(url: str, question: str) -> str:
@@ -130,3 +131,27 @@ def test_record_then_replay_with_what_is_left_unplayed(tmp_path, upstream, monke
     before = cassette.read_text()
     replaying.stop(save=True)
     assert cassette.read_text() == before  # a replay never rewrites its cassette
+
+
+def test_a_body_in_pieces_goes_into_the_cassette_whole_and_replays_exact(tmp_path):
+    size = 6 * MIB  # past the tee's budget: recorded in pieces, in the store in memory
+    upstream, url = start_upstream(size)
+    cassette = tmp_path / "big.yaml"
+    try:
+        recording = CassetteProxy(
+            CassetteOptions(cassette=cassette, record=RecordMode.ONCE, options=Options(upstream=url))
+        )
+        recording.start()
+        got = fetched(f"{recording.url}/v1/plain", run=None)
+        (recorded,) = recording.exchanges
+        assert recorded.pieces  # held in part, the rest in pieces, until the cassette is written
+        recording.stop(save=True)
+    finally:
+        stop_upstream(upstream)
+    assert got == (size, expected(size), "end")
+    replaying = CassetteProxy(CassetteOptions(cassette=cassette))
+    replaying.start()
+    try:
+        assert fetched(f"{replaying.url}/v1/plain", run=None) == got
+    finally:
+        replaying.stop(save=False)

@@ -28,6 +28,7 @@ from forkpoint.cassettes.formats.interop import (
     build_exchange,
     chunk_sizes,
     decoded_body,
+    held_whole,
     need,
     optional,
     route_for,
@@ -49,7 +50,7 @@ def dumps(run: Run, exchanges: Sequence[Exchange]) -> str:
         "version": "1.2",
         "creator": {"name": "forkpoint", "version": "0.1.0"},
         "pages": [],
-        "entries": [_entry(e) for e in exchanges],
+        "entries": [_entry(e) for e in held_whole(exchanges, "HAR")],
         "_forkpoint": {"format_version": FORMAT_VERSION, "run": run_to_json(run)},
     }
     return orjson.dumps({"log": log}, option=orjson.OPT_INDENT_2).decode() + "\n"

@@ -20,6 +20,7 @@ from forkpoint.engine import matching
 from forkpoint.engine.dialects import summarize_exchange
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 from forkpoint.engine.redaction import DEFAULT as REDACTION
+from forkpoint.errors import CassetteError
 from forkpoint.models import Chunk, Exchange, Headers, Mode, Origin, Run, RunStatus, new_run_id
 
 # The URI of an exchange that never went upstream (replayed, mocked, refused): a reserved name
@@ -28,6 +29,21 @@ NO_UPSTREAM = "http://forkpoint.invalid"
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
 Where = tuple[str | int, ...]  # where in a document a value sits: ("interactions", 3, "request")
+
+
+def held_whole(exchanges: Sequence[Exchange], fmt: str) -> Sequence[Exchange]:
+    """`exchanges`, checked whole: a file holds every body in one document, in memory, so a
+    body too large to hold (in pieces in its store) is refused, never cut short."""
+    for e in exchanges:
+        if e.pieces:
+            raise CassetteError(
+                f"run {e.run_id} step {e.step} has a response body of {e.body_size} bytes, "
+                f"{e.body_size - len(e.response_body)} of them in pieces: a {fmt} file holds "
+                "bodies whole, too large a one is not exported (move the run between stores "
+                "with `forkpoint copy`)",
+                run_id=e.run_id, step=e.step,
+            )  # fmt: skip
+    return exchanges
 
 
 class Invalid(ValueError):

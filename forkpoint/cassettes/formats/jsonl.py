@@ -22,6 +22,7 @@ from forkpoint.cassettes.formats.interop import (
     Where,
     build_exchange,
     chunk_sizes,
+    held_whole,
     need,
     optional,
     run_from_json,
@@ -37,7 +38,7 @@ FORMAT_VERSION = 1
 
 def dumps(run: Run, exchanges: Sequence[Exchange]) -> str:
     lines = [{"forkpoint": FORMAT_VERSION, "run": run_to_json(run)}]
-    lines += [{"exchange": _exchange_json(e)} for e in exchanges]
+    lines += [{"exchange": _exchange_json(e)} for e in held_whole(exchanges, "JSON lines")]
     return "".join(orjson.dumps(line).decode() + "\n" for line in lines)
 
 

@@ -34,6 +34,7 @@ from forkpoint.cassettes.formats.interop import (
     as_bytes,
     build_exchange,
     chunk_sizes,
+    held_whole,
     need,
     optional,
     route_for,
@@ -95,7 +96,7 @@ _Dumper.add_representer(_FlowMap, _represent_flow_map)
 def dumps(run: Run, exchanges: Sequence[Exchange]) -> str:
     document = {
         "forkpoint": {"format_version": FORMAT_VERSION, "run": _run(run)},
-        "interactions": [_interaction(e) for e in exchanges],
+        "interactions": [_interaction(e) for e in held_whole(exchanges, "vcr")],
         "version": VCR_VERSION,
     }
     text = yaml.dump(

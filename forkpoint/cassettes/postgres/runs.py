@@ -22,14 +22,17 @@ from forkpoint.cassettes.rows import (
     exchange_select,
     exchanges_from_rows,
     like_prefix,
+    piece_bytes,
+    piece_rows,
     readable,
+    response_key,
     run_from_row,
     run_values,
     snapshot_values,
     snapshots_from_rows,
 )
 from forkpoint.errors import AlreadyRecorded, CassetteError, RunNotFound
-from forkpoint.models import Exchange, Run, RunStatus, Snapshot
+from forkpoint.models import Blob, Exchange, Piece, Run, RunStatus, Snapshot
 
 _RUNS = ", ".join(RUN_COLUMNS)
 _EXCHANGES = ", ".join(EXCHANGE_COLUMNS)
@@ -184,6 +187,16 @@ class PostgresRuns:
             raise
         self._packer.committed(new.values())
 
+    def add_pieces(self, blobs: Iterable[Blob]) -> None:
+        rows = piece_rows(blobs, self._stored)
+        if rows:
+            self._db.run(lambda conn: conn.cursor().executemany(_BLOB, rows), write=True)
+
+    def piece(self, piece: Piece) -> bytes:
+        row = self._db.run(lambda conn: conn.execute(
+            "SELECT codec, data FROM blobs WHERE hash=%s", (piece.digest,)).fetchone())  # fmt: skip
+        return piece_bytes(piece, row, self.label)
+
     def _stored(self, digest: str) -> bool:
         row = self._db.run(lambda conn: conn.execute(
             "SELECT 1 FROM blobs WHERE hash=%s", (digest,)).fetchone())  # fmt: skip
@@ -199,7 +212,8 @@ class PostgresRuns:
         return fetch
 
     def response_keys(self, run_id: str) -> dict[int, str]:
-        query = "SELECT step, response_body FROM exchanges WHERE run_id=%s"
+        key = response_key("postgres", self._db.version)
+        query = f"SELECT step, {key} FROM exchanges WHERE run_id=%s"
         rows = self._db.run(lambda conn: conn.execute(query, (run_id,)).fetchall())
         return dict(rows)
 

@@ -12,7 +12,7 @@ import psycopg
 
 from forkpoint.errors import CassetteError, SchemaVersionError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 READABLE_FROM = 1
 # pg_advisory_xact_lock key for schema changes ("fkpt").
 LOCK_KEY = 0x666B7074
@@ -64,7 +64,12 @@ _V2 = """
 ALTER TABLE exchanges ADD COLUMN note text
 """
 
-MIGRATIONS: list[str] = [_V1, _V2]
+# Version 3: `exchanges.response_pieces`, as in the SQLite cassette's version 4.
+_V3 = """
+ALTER TABLE exchanges ADD COLUMN response_pieces text
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

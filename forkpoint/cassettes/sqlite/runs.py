@@ -1,11 +1,13 @@
 """The SQLite cassette's `RunStore`: runs, exchanges, snapshots and the blobs their bytes are in.
 
-Tables: `runs`, `exchanges` (one row per step, with what its dialect read off it), `chunks`
+Tables: `runs`, `exchanges` (one row per step, with what its dialect read off it, and for a
+body too large to hold the pieces that follow its held part: `response_pieces`), `chunks`
 (one row per streamed chunk: its offset and size, then an end marker row when the stream ended
 cleanly, so a cut stream is visible in SQL), `snapshots`, and `blobs` (body segments by
-sha256, compressed, stored once). A body column holds its manifest (`cassettes.manifests`):
-the list of its segments' hashes, or for a request what it repeats of an earlier one. Bodies
-are cut, hashed and compressed before the write transaction, which only inserts.
+sha256, compressed, stored once; a piece is one blob, written ahead of its exchange). A body
+column holds its manifest (`cassettes.manifests`): the list of its segments' hashes, or for a
+request what it repeats of an earlier one. Bodies are cut, hashed and compressed before the
+write transaction, which only inserts.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from forkpoint.cassettes.rows import (
     exchange_select,
     exchanges_from_rows,
     like_prefix,
+    piece_bytes,
+    piece_rows,
     readable,
+    response_key,
     run_from_row,
     run_values,
     snapshot_values,
@@ -33,7 +38,7 @@ from forkpoint.cassettes.rows import (
 )
 from forkpoint.cassettes.sqlite.connection import Connection
 from forkpoint.errors import AlreadyRecorded, CassetteError, RunNotFound
-from forkpoint.models import Exchange, Run, RunStatus, Snapshot
+from forkpoint.models import Blob, Exchange, Piece, Run, RunStatus, Snapshot
 
 _RUNS = ", ".join(f'"{c}"' for c in RUN_COLUMNS)
 _EXCHANGES = ", ".join(f'"{c}"' for c in EXCHANGE_COLUMNS)
@@ -159,6 +164,18 @@ class SqliteRuns:
             raise
         self._packer.committed(new.values())
 
+    def add_pieces(self, blobs: Iterable[Blob]) -> None:
+        rows = piece_rows(blobs, self._stored)
+        if rows:
+            with self._db.writing() as conn:
+                conn.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)", rows)
+
+    def piece(self, piece: Piece) -> bytes:
+        with self._db.reading() as conn:
+            query = "SELECT codec, data FROM blobs WHERE hash=?"
+            row = conn.execute(query, (piece.digest,)).fetchone()
+        return piece_bytes(piece, row, str(self.path))
+
     def _insert_exchange(
         self, conn: sqlite3.Connection, values: tuple[object, ...], chunks: list[tuple[object, ...]]
     ) -> None:
@@ -193,7 +210,8 @@ class SqliteRuns:
 
     def response_keys(self, run_id: str) -> dict[int, str]:
         with self._db.reading() as conn:
-            query = "SELECT step, response_body FROM exchanges WHERE run_id=?"
+            key = response_key("sqlite", self._db.version)
+            query = f"SELECT step, {key} FROM exchanges WHERE run_id=?"
             return dict(conn.execute(query, (run_id,)).fetchall())
 
     def exchanges(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The oldest version this forkpoint reads without migrating it.
 READABLE_FROM = 1
 # PRAGMA application_id marks the file as a forkpoint cassette ("fkpt").
@@ -81,7 +81,14 @@ _V3 = """
 ALTER TABLE "exchanges" ADD COLUMN "note" TEXT;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3]
+# Version 4: `exchanges.response_pieces`, the pieces (blobs) a body too large to hold goes on
+# in after its held part: [[sha256, size, offset_ms], ...]. An older forkpoint would serve the
+# held part alone, so it refuses the file by its version.
+_V4 = """
+ALTER TABLE "exchanges" ADD COLUMN "response_pieces" TEXT;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -11,8 +11,10 @@ writer process inherits it); a lock nobody holds is an orphan's, and `merge_orph
 every proxy as it starts and stops) commits what its segments hold that the store lacks, then
 deletes them. Merging is idempotent: what the store holds is skipped, never rewritten.
 
-Frames are an 8-byte big-endian length and a pickle of one `Run`, `Exchange` or `Snapshot`; a
-cut last frame (the process died inside a write) is ignored.
+Frames are an 8-byte big-endian length and a pickle of one `Run`, `Exchange`, `Snapshot` or
+`Blob` (a piece of a body too large to hold, journaled before the bytes after it reach the
+agent, and before the exchange that names it); a cut last frame (the process died inside a
+write) is ignored.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
 
@@ -220,8 +222,22 @@ def read_items(path: Path, unread: list[str] | None = None) -> Iterator[Item]:
             if unread is not None:
                 unread.append(f"{type(error).__name__}: {error}")
         else:
-            yield item
+            yield completed(item)
         at = end
+
+
+def completed(item: Item) -> Item:
+    """`item` with the fields it lacks at their defaults: a journal an older forkpoint left
+    holds records pickled before those fields existed (an exchange's `pieces`), which unpickle
+    without them. Checked here, where old journals are read, not on every unpickle."""
+    for spec in fields(item):
+        if hasattr(item, spec.name):
+            continue
+        if spec.default is MISSING:  # a field with no default is in every pickle
+            object.__setattr__(item, spec.name, spec.default_factory())  # type: ignore[operator]
+        else:
+            object.__setattr__(item, spec.name, spec.default)
+    return item
 
 
 def orphans(directory: Path | None) -> Iterator[tuple[Path, list[Path]]]:

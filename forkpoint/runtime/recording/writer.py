@@ -22,11 +22,13 @@ from forkpoint.cassettes.store import Store
 from forkpoint.engine.derive import derive
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.errors import AlreadyRecorded, CassetteError
-from forkpoint.models import Exchange, Run, Snapshot
+from forkpoint.models import Blob, Exchange, Run, Snapshot
 
 log = logging.getLogger(__name__)
 
-Item = Exchange | Snapshot | Run
+Item = Exchange | Snapshot | Run | Blob
+# Pieces per transaction when merging a journal (each up to a few MiB).
+PIECE_BATCH = 8
 # Exchanges per transaction when merging a journal.
 MERGE_BATCH = 256
 
@@ -42,11 +44,15 @@ class CassetteWriter:
         self._refused: set[str] = set()  # kinds of refusal logged already
 
     def write(self, batch: Sequence[Item]) -> None:
-        """Commit `batch`: its new runs, its exchanges in one transaction, then each snapshot.
+        """Commit `batch`: its new runs, its pieces (before the exchanges that name them), its
+        exchanges in one transaction, then each snapshot.
         Raises `Unavailable` when the store takes none of it; the batch may then be written
         again whole (what was committed of it is skipped)."""
         for run in (item for item in batch if isinstance(item, Run)):
             self._create_run(run)
+        pieces = [item for item in batch if isinstance(item, Blob)]
+        if pieces:
+            self._write_pieces(pieces)
         exchanges = [item for item in batch if isinstance(item, Exchange)]
         if exchanges:
             self._write_exchanges(exchanges)
@@ -54,16 +60,22 @@ class CassetteWriter:
             self._write_snapshot(snapshot)
 
     def merge(self, items: Iterable[Item]) -> int:
-        """Write what of `items` (a journal's) the store lacks; returns how many exchanges."""
+        """Write what of `items` (a journal's) the store lacks; returns how many exchanges.
+        Pieces go first, a few per transaction; one stored already is skipped (a blob)."""
         runs: list[Item] = []
+        pieces: list[Item] = []
         exchanges: dict[tuple[str, int], Exchange] = {}
         snapshots: list[Item] = []
         for item in items:
             if isinstance(item, Exchange):
                 exchanges.setdefault((item.run_id, item.step), item)
+            elif isinstance(item, Blob):
+                pieces.append(item)
             else:
                 (runs if isinstance(item, Run) else snapshots).append(item)
         self.write(runs)
+        for start in range(0, len(pieces), PIECE_BATCH):
+            self.write(pieces[start : start + PIECE_BATCH])
         held: dict[str, set[int]] = {}
         for run_id in {run_id for run_id, _ in exchanges}:
             try:
@@ -102,6 +114,14 @@ class CassetteWriter:
         except Exception:
             log.exception("forkpoint: could not write run %s step %d; it is skipped",
                           exchange.run_id, exchange.step)  # fmt: skip
+
+    def _write_pieces(self, pieces: list[Blob]) -> None:
+        try:
+            self.store.add_pieces(pieces)
+        except CassetteError as error:
+            raise Unavailable(str(error)) from error
+        except Exception:
+            log.exception("forkpoint: could not write %d pieces of a body", len(pieces))
 
     def _create_run(self, run: Run) -> None:
         try:
