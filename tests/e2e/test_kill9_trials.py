@@ -31,6 +31,7 @@ from tests.cli.test_serve import children_of, start_serve, stop
 ROUNDS = 25  # two trials each
 WORKERS = 12  # per proxy: 3 in 4 on its default run, 1 in 4 on the run both proxies serve
 STREAM_EVERY = 4  # one request in 4 is streamed
+FIRST_ANSWER = 30.0  # seconds a proxy may take to answer its first request
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +71,12 @@ async def load(url: str, trial: Trial, shared_run: str, stopped: asyncio.Event) 
 
 async def kill_at_random(process: subprocess.Popen[str], trial: Trial, rng: random.Random,
                          stopped: asyncio.Event) -> None:  # fmt: skip
-    await asyncio.sleep(rng.uniform(0.2, 0.9))
+    # at a random moment once answers flow: on a busy machine the first can take longer than
+    # the whole window, and a trial that received nothing tests nothing
+    deadline = time.monotonic() + FIRST_ANSWER
+    while not trial.received and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(rng.uniform(0.05, 0.7))
     writers = children_of(process.pid)
     if writers and rng.random() < 0.7:
         trial.victim = "writer"

@@ -281,6 +281,8 @@ class _Child(asyncio.SubprocessProtocol):
         # Never blocks: the transport buffers what the pipe cannot take yet. A dead child's
         # pipe drops it; `connection_lost` reports the death and the fallback writes it all.
         assert self._stdin is not None
+        if self._stdin.is_closing():  # uvloop raises on a closed pipe where asyncio drops
+            return
         self._stdin.write(data)
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
