@@ -6,8 +6,9 @@ They carry bytes and numbers only, so the engine can be tested with plain data a
 
 from __future__ import annotations
 
+import operator
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
 from ulid import ULID
@@ -55,6 +56,22 @@ class Kind(StrEnum):
     OTHER = "other"
 
 
+def _pickled_by_fields[T](cls: type[T]) -> type[T]:
+    """Pickle `cls` as its constructor and its fields' values, read in one C call: the journal
+    pickles every exchange on the event loop, and dataclasses' own `__getstate__` is Python
+    (17 -> 9 us for an exchange with its summary). Values go by position, so fields are only
+    ever added at the end (tests/test_models.py holds the order); an older pickle, short of
+    the newest fields, gets their defaults."""
+    values = operator.attrgetter(*(spec.name for spec in fields(cls)))  # type: ignore[arg-type]
+
+    def __reduce__(self: T) -> tuple[type[T], tuple[object, ...]]:
+        return cls, values(self)
+
+    cls.__reduce__ = __reduce__  # type: ignore[assignment, method-assign]
+    return cls
+
+
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts as the provider reported them; `cached` and `reasoning` are subsets."""
@@ -77,6 +94,7 @@ class Usage:
         )
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     name: str
@@ -84,6 +102,7 @@ class ToolCall:
     id: str | None = None
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Summary:
     """What a dialect reads off one exchange: enough to list, diff and price it."""
@@ -97,6 +116,7 @@ class Summary:
     text: str | None = None
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """One piece of a streamed response, as it arrived, `offset_ms` after the request was sent."""
@@ -105,6 +125,7 @@ class Chunk:
     data: bytes
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Piece:
     """Part of a response body too large to hold in memory, stored on its own as a blob: its
@@ -115,6 +136,7 @@ class Piece:
     offset_ms: float
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Blob:
     """The bytes of one `Piece`, handed to the recorder before the exchange that names it, so
@@ -124,6 +146,7 @@ class Blob:
     data: bytes
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class Exchange:
     """One HTTP request and its response inside a run.
@@ -177,6 +200,7 @@ class Exchange:
         return next((v for k, v in self.request_headers if k.lower() == "content-encoding"), None)
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class Snapshot:
     """Agent state an adapter gave at a step boundary: the state as the agent held it when
@@ -200,6 +224,7 @@ class Snapshot:
         return self.error is None
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class Run:
     id: str
