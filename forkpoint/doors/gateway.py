@@ -79,6 +79,7 @@ from forkpoint.engine.mocks import MockRequest
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.websocket import opens
 from forkpoint.errors import CassetteError, ConfigError, UpstreamError
+from forkpoint.models import Origin
 
 log = logging.getLogger(__name__)
 
@@ -183,9 +184,11 @@ class Gateway:
                 return opened
             events = _listed(opened)  # the upstream refused the websocket: its answer, over HTTP
         keep = not isinstance(action, Serve) or action.keep
+        # a cassette's answer was masked when recorded: recorded again as served
+        masked = isinstance(action, Serve) and action.record.origin is Origin.REPLAYED
         tee = Tee(
             action.record, started, keep=keep, redaction=config.redaction,
-            limit=config.max_record_body,
+            limit=config.max_record_body, masked=masked,
         )  # fmt: skip
         llm = snapshot_point(action)
         pulls = (

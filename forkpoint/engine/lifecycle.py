@@ -172,6 +172,8 @@ class Tee:
     agent gets it. `keep=False` commits nothing (a resume serving steps its run holds).
     `hold`: body bytes held in memory, past which the body leaves in pieces of `piece` bytes;
     `limit`: the most body bytes recorded at all (None: all of them; the agent gets them all).
+    `masked`: the body was masked when it was recorded (a cassette's answer served again), so
+    it is recorded as served, not read for secrets twice.
     Times are seconds on the front door's clock; the record keeps milliseconds since `started`.
     """
 
@@ -185,8 +187,10 @@ class Tee:
         limit: int | None = None,
         hold: int = DEFAULT_HOLD_BODY,
         piece: int = PIECE_SIZE,
+        masked: bool = False,
     ):
         self.record = record
+        self._masked = masked
         self._started = started
         self._keep = keep
         self._redaction = redaction
@@ -317,9 +321,9 @@ class Tee:
             body, self._whole = bytes(self._whole), bytearray()
             # a token endpoint's answer is a secret too; a body in pieces (megabytes) is no
             # token's, and its held part alone is no JSON to mask in
-            pieced = bool(record.pieces)
+            as_is = self._masked or bool(record.pieces)
             record.response_body = (
-                body if pieced else self._redaction.body(body, record.response_headers)
+                body if as_is else self._redaction.body(body, record.response_headers)
             )
             record.chunks = None
         if self._unkept:

@@ -207,3 +207,15 @@ def test_a_whole_answer_carries_its_length():
         Body(b'{"x":1}'),
         End(),
     ]
+
+
+def test_a_served_answer_masked_when_recorded_is_recorded_as_served_not_read_twice():
+    body = b'{"client_secret": "s3cr3t", "ok": true}'
+    headers = (("content-type", "application/json"), ("content-length", str(len(body))))
+    recorded = {}
+    for masked in (False, True):
+        tee = Tee(request_record(), started=0.0, masked=masked)
+        play(tee, (0.0, Head(200, headers)), (0.1, Body(body)), (0.2, End()))
+        recorded[masked] = tee.record.response_body
+    assert b"s3cr3t" not in recorded[False]  # a live answer is masked
+    assert recorded[True] == body  # a cassette's, already masked when it was recorded
