@@ -17,11 +17,13 @@ from forkpoint.models import RunStatus
 
 
 def start_serve(
-    cassette: Path, upstream_url: str, *, own_group: bool = False
+    cassette: Path, upstream_url: str | None, *args: str, own_group: bool = False
 ) -> tuple[subprocess.Popen[str], str]:
+    """`serve` on `cassette` (with ARGS; `--upstream` unless None), once it listens; its URL."""
+    upstream = [] if upstream_url is None else ["--upstream", upstream_url]
     process = subprocess.Popen(
-        [sys.executable, "-m", "forkpoint", "serve", "--port", "0", "--upstream", upstream_url,
-         "--cassette", str(cassette)],
+        [sys.executable, "-m", "forkpoint", "serve", "--port", "0", *upstream,
+         "--cassette", str(cassette), *args],
         stdout=subprocess.PIPE, text=True, start_new_session=own_group,
     )  # fmt: skip
     assert process.stdout is not None

@@ -134,18 +134,6 @@ def fetched(url: str, run: str | None = "big") -> tuple[int, str, str]:
     return count, digest.hexdigest(), ending
 
 
-def start_replay(cassette: Path) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "forkpoint", "serve", "--port", "0", "--replay", "big",
-         "--cassette", str(cassette)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("forkpoint serving on "), line
-    return process, line.split()[3]
-
-
 @pytest.mark.parametrize("route", ["plain", "sse"])
 def test_a_huge_response_is_recorded_whole_and_replayed_exact_in_flat_memory(
     big_upstream, tmp_path, route
@@ -168,7 +156,7 @@ def test_a_huge_response_is_recorded_whole_and_replayed_exact_in_flat_memory(
     assert kept.body_size == SIZE and len(kept.response_body) <= DEFAULT_HOLD_BODY
     assert kept.pieces and (kept.chunks is not None) == (route == "sse")
 
-    process, url = start_replay(cassette)
+    process, url = start_serve(cassette, None, "--replay", "big")
     try:
         assert fetched(f"{url}/v1/{route}", run=None) == (SIZE, whole, "end")
         wait_for_rows(cassette, 2)  # the replay's own run names the same pieces

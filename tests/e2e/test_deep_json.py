@@ -56,16 +56,9 @@ def test_deep_json_is_recorded_replayed_exported_and_imported(upstream, tmp_path
     finally:
         store.close()
 
-    replaying = subprocess.Popen(
-        [sys.executable, "-m", "forkpoint", "serve", "--port", "0", "--replay", "deep",
-         "--cassette", str(cassette)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert replaying.stdout is not None
-    line = replaying.stdout.readline()
-    assert line.startswith("forkpoint serving on "), line
+    replaying, replay_url = start_serve(cassette, None, "--replay", "deep")
     try:
-        replayed = post(line.split()[3], body)  # the replayed run
+        replayed = post(replay_url, body)  # the replayed run
         assert replayed.status_code == 200, replayed.text
         assert replayed.content == recorded.content
     finally:
