@@ -4,11 +4,12 @@ its own whose subclass writes the bytes (or drops the connection) itself."""
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 
 from forkpoint.runtime.loop_thread import LoopThread
 
 
-class RawServer:
+class RawServer(ABC):
     """Call `super().__init__()` last: it starts serving. `url` is where it listens."""
 
     def __init__(self) -> None:
@@ -19,8 +20,9 @@ class RawServer:
         self._server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
         return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
 
+    @abstractmethod
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        raise NotImplementedError
+        """Answer one connection, byte by byte as the test needs."""
 
     def stop(self) -> None:
         async def close() -> None:

@@ -232,20 +232,22 @@ class Gateway:
         content = request.content
         if content.is_eof():  # it came whole with the head (most do): nothing to wait for
             data = content.read_nowait()
-            if len(data) > self.max_body:
-                raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=len(data))
+            self._within_max_body(len(data))
             return data
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.client_timeout) as clock:
             parts: list[bytes] = []
             size = 0
-            while data := await request.content.readany():
+            while data := await content.readany():
                 size += len(data)
-                if size > self.max_body:
-                    raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=size)
+                self._within_max_body(size)
                 parts.append(data)
                 clock.reschedule(loop.time() + self.client_timeout)
         return b"".join(parts)
+
+    def _within_max_body(self, size: int) -> None:
+        if size > self.max_body:
+            raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=size)
 
     def _target(self, request: web.Request) -> tuple[EngineConfig, str | None, str]:
         """The engine config, run id and route of a request: the interceptor's carry the

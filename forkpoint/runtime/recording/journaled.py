@@ -73,19 +73,21 @@ def merge_orphans(store: Store, match: MatchConfig, *, skip: Path | None = None)
     for lock, segments in orphans(journal_dir(store)):
         if lock == skip:
             continue
-        unread: dict[Path, list[str]] = {}
+        kept = False  # a segment holds records that do not read
         try:
             for segment in segments:
-                added += writer.merge(read_items(segment, unread.setdefault(segment, [])))
+                unread: list[str] = []
+                added += writer.merge(read_items(segment, unread))
+                if unread:
+                    kept = True
+                    log.error("forkpoint: %d records of the journal %s do not read (%s): it is "
+                              "kept, not deleted; the forkpoint that wrote it can merge them",
+                              len(unread), segment, unread[0])  # fmt: skip
         except Unavailable as error:
             log.error("forkpoint: the journal %s stays unmerged: the cassette takes no writes "
                       "(%s)", lock.parent, error)  # fmt: skip
             continue
-        if bad := {path: errors for path, errors in unread.items() if errors}:
-            for path, errors in bad.items():
-                log.error("forkpoint: %d records of the journal %s do not read (%s): it is "
-                          "kept, not deleted; the forkpoint that wrote it can merge them",
-                          len(errors), path, errors[0])  # fmt: skip
+        if kept:
             continue
         for segment in segments:
             segment.unlink(missing_ok=True)
