@@ -20,8 +20,8 @@ import dataclasses
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
-from typing import Any, assert_never
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, NamedTuple, Protocol, assert_never
 from urllib.parse import urlsplit
 
 from aiohttp import HttpVersion11, web
@@ -79,7 +79,7 @@ from forkpoint.engine.mocks import MockRequest
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.websocket import opens
 from forkpoint.errors import CassetteError, ConfigError, UpstreamError
-from forkpoint.models import Origin
+from forkpoint.models import Headers, Origin
 
 log = logging.getLogger(__name__)
 
@@ -136,13 +136,13 @@ class Gateway:
         self.app.on_shutdown.append(self.sockets.close_all)  # open websockets end the stop
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        """aiohttp's handler: the request read off its connection, then `answer`ed over it."""
         started = time.perf_counter()
-        config, run_id, route = self._target(request)
+        config, run_id, route = self._target(request.raw_path, request.headers.get)
         try:
             body = await self._body(request)
         except web.HTTPRequestEntityTooLarge:
-            message = f"forkpoint: request body over the {self.max_body} byte limit (--max-body)"
-            return _error(request.method, route, 413, message, "forkpoint_body_too_large")
+            return _error(request.method, route, *self._too_large())
         except TimeoutError:
             message = (
                 f"forkpoint: the request body stalled for {self.client_timeout:g} s "
@@ -151,37 +151,80 @@ class Gateway:
             response = _error(request.method, route, 408, message, "forkpoint_client_timeout")
             response.force_close()
             return response
-        headers = decode_headers(request.raw_headers)
+        reply = _Reply(request)
+        incoming = Incoming(request.method, route, decode_headers(request.raw_headers), body)
+        await self.answer(incoming, reply, config, run_id, started=started, web_request=request)
+        # After a drop before any head there is nothing to send: aiohttp finds the
+        # connection closed and sends nothing.
+        return reply.response or web.Response(status=502)
+
+    def target(self, raw_path: str, headers: Headers) -> tuple[EngineConfig, str | None, str]:
+        """The engine config, run id and route of a request a door other than aiohttp's took."""
+        return self._target(raw_path, lambda name: header(headers, name))
+
+    def takes_without_socket(self, route: str, headers: Headers) -> bool:
+        """Whether a request can be answered with no connection under it: not a websocket
+        upgrade nor a control endpoint, which answer over aiohttp's own."""
+        return not route.startswith(CONTROL_PREFIX) and not is_upgrade(headers)
+
+    def _too_large(self) -> tuple[int, str, str]:
+        message = f"forkpoint: request body over the {self.max_body} byte limit (--max-body)"
+        return 413, message, "forkpoint_body_too_large"
+
+    async def answer(
+        self,
+        incoming: Incoming,
+        reply: Reply,
+        config: EngineConfig,
+        run_id: str | None,
+        *,
+        started: float,
+        web_request: web.Request | None = None,
+    ) -> None:
+        """Answer a request read whole, over `reply`: its session, the engine's action, the
+        tee. `web_request` is aiohttp's, which control endpoints and websockets answer over;
+        a door without one sends neither (see `takes_without_socket`)."""
+        method, route, headers, body = incoming
+        if len(body) > self.max_body:
+            return await _refuse(reply, method, route, *self._too_large())
         try:
             check_body(body, header(headers, "content-encoding"))
         except UndecodableBody as error:
             message = f"forkpoint: the request body is not what its Content-Encoding says: {error}"
-            return _error(request.method, route, 400, message, "forkpoint_bad_encoding")
+            return await _refuse(reply, method, route, 400, message, "forkpoint_bad_encoding")
         try:
             session = await self.sessions.get(run_id)
         except ConfigError as error:
-            return _error(request.method, route, 400, f"forkpoint: {error}", "forkpoint_run")
+            message = f"forkpoint: {error}"
+            return await _refuse(reply, method, route, 400, message, "forkpoint_run")
         except CassetteError as error:  # a run named by the request, made in the store
             message = f"forkpoint: cannot open run {run_id}: {error}"
             log.warning("%s", message)
-            return _error(request.method, route, 503, message, "forkpoint_store")
-        if route.startswith(CONTROL_PREFIX):
-            return await self.control.handle(
-                request, session, route, body, named=run_id is not None
+            return await _refuse(reply, method, route, 503, message, "forkpoint_store")
+        if route.startswith(CONTROL_PREFIX) and web_request is not None:
+            reply.response = await self.control.handle(
+                web_request, session, route, body, named=run_id is not None
             )
+            return None
         try:
             step = await self.sessions.allocate(session)
         except CassetteError as error:
             message = f"forkpoint: no step for this request in run {session.run.id}: {error}"
             log.warning("%s", message)
-            return _error(request.method, route, 503, message, "forkpoint_store")
-        ours = Request(request.method, route, headers, body)
+            return await _refuse(reply, method, route, 503, message, "forkpoint_store")
+        ours = Request(method, route, headers, body)
         action = decide(session, ours, config, step=step)
         events = None
-        if is_upgrade(ours.headers) and isinstance(action, Serve | Forward) and opens(action):
-            opened = await self.sockets.open(request, session, ours, action, config)
+        if (
+            web_request is not None
+            and is_upgrade(ours.headers)
+            and isinstance(action, Serve | Forward)
+            and opens(action)
+        ):
+            opened = await self.sockets.open(web_request, session, ours, action, config)
             if isinstance(opened, web.StreamResponse):
-                return opened
+                reply.response = opened
+                return None
             events = _listed(opened)  # the upstream refused the websocket: its answer, over HTTP
         keep = not isinstance(action, Serve) or action.keep
         # a cassette's answer was masked when recorded: recorded again as served
@@ -199,12 +242,12 @@ class Gateway:
         events = events or self._events(action, started)
         # started at once, not on the loop's next pass: it runs to its first wait right here
         responding = asyncio.Task(
-            self._respond(request, tee, events, pulls), loop=asyncio.get_running_loop(),
+            self._respond(reply, tee, events, pulls), loop=asyncio.get_running_loop(),
             eager_start=True,
         )  # fmt: skip
         try:
             return await asyncio.shield(responding)
-        except asyncio.CancelledError:  # the agent hung up: aiohttp cancels its handler
+        except asyncio.CancelledError:  # the agent hung up: its door cancels the answer
             if tee.record.status is not None:
                 # An answer under way goes on until its next write fails, as it would without
                 # forkpoint (an SDK that leaves on `[DONE]` got a complete answer), for a while.
@@ -222,7 +265,7 @@ class Gateway:
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             request.writer.output_size = 0  # the answer's size counts from its own head
             return None
-        _, _, route = self._target(request)
+        _, _, route = self._target(request.raw_path, request.headers.get)
         message = "forkpoint: the request's Expect header is not one it can meet (100-continue)"
         return _error(request.method, route, 417, message, "forkpoint_expect")
 
@@ -249,73 +292,55 @@ class Gateway:
         if size > self.max_body:
             raise web.HTTPRequestEntityTooLarge(max_size=self.max_body, actual_size=size)
 
-    def _target(self, request: web.Request) -> tuple[EngineConfig, str | None, str]:
-        """The engine config, run id and route of a request: the interceptor's carry the
-        origin they were going to, which alone serves them; the agents' are as they came."""
-        origin = request.headers.get(ORIGIN_HEADER)
-        secret = request.headers.get(INTERCEPT_HEADER, "")
+    def _target(
+        self, raw_path: str, get: Callable[[str], str | None]
+    ) -> tuple[EngineConfig, str | None, str]:
+        """The engine config, run id and route of a request (`get` reads a header): the
+        interceptor's carry the origin they were going to, which alone serves them; the
+        agents' are as they came."""
+        origin = get(ORIGIN_HEADER)
+        secret = get(INTERCEPT_HEADER) or ""
         if origin is not None and self._secret and hmac.compare_digest(secret, self._secret):
             netloc = urlsplit(origin).netloc
             # `--route HOST=URL` sends a host's intercepted traffic elsewhere (a mock server)
             routes = Routes(prefixes={netloc: self.config.routes.prefixes.get(netloc, origin)})
-            route = f"/{netloc}{request.raw_path}"
-            return (
-                dataclasses.replace(self.config, routes=routes),
-                request.headers.get(RUN_HEADER),
-                route,
-            )
-        run_id, route = split_run(_path_of(request.raw_path), request.headers.get(RUN_HEADER))
+            route = f"/{netloc}{raw_path}"
+            return dataclasses.replace(self.config, routes=routes), get(RUN_HEADER), route
+        run_id, route = split_run(_path_of(raw_path), get(RUN_HEADER))
         return self.config, run_id, route
 
     async def _respond(
-        self,
-        request: web.Request,
-        tee: Tee,
-        events: AsyncIterator[Event],
-        pulls: list[asyncio.Task[None]],
-    ) -> web.StreamResponse:
+        self, reply: Reply, tee: Tee, events: AsyncIterator[Event], pulls: list[asyncio.Task[None]]
+    ) -> None:
         """Feed the action's events to the tee and carry out its commands, until the response
         ends or the agent leaves."""
-        response: web.StreamResponse | None = None
         try:
             async for event in events:
                 if pulls and isinstance(event, Head):
                     await asyncio.gather(*pulls)  # the agent's state is read before it is answered
                 for command in tee.feed(event, time.perf_counter()):
-                    response = await self._carry_out(command, request, response)
+                    await self._carry_out(command, reply)
         except (ConnectionError, asyncio.CancelledError) as error:
             # the agent hung up (aiohttp cancels the handler of a closed connection)
             for command in tee.feed(
                 HangUp(str(error) or type(error).__name__), time.perf_counter()
             ):
-                await self._carry_out(command, request, response)
+                await self._carry_out(command, reply)
             if isinstance(error, asyncio.CancelledError):
                 raise
         finally:
             await events.aclose()  # type: ignore[attr-defined]
-        # After a drop before any head there is nothing to send: aiohttp finds the
-        # connection closed and sends nothing.
-        return response or web.Response(status=502)
 
-    async def _carry_out(
-        self, command: Command, request: web.Request, response: web.StreamResponse | None
-    ) -> web.StreamResponse | None:
+    async def _carry_out(self, command: Command, reply: Reply) -> None:
         match command:
             case SendHead(status, headers):
-                response = _Response(status=status, headers=headers)
-                await response.prepare(request)
-                # no later than the loop's next pass, if no body bytes carry it before
-                asyncio.get_running_loop().call_soon(_send_head, request)
+                await reply.head(status, headers)
             case SendBody(data):
-                assert response is not None
-                await response.write(data)
+                await reply.body(data)
             case SendEnd():
-                assert response is not None
-                await response.write_eof()
+                await reply.end()
             case Drop():
-                _send_head(request)  # a head the source sent reaches the agent before the cut
-                if request.transport is not None:
-                    request.transport.abort()
+                reply.drop()
             case Commit(exchange):
                 self.recorder.submit(exchange)
             case Spill(blob):  # journaled before the bytes after it go out
@@ -324,7 +349,6 @@ class Gateway:
                 log.warning("forkpoint: %s", message)
             case _:
                 assert_never(command)
-        return response
 
     def _events(self, action: Action, started: float) -> AsyncIterator[Event]:
         match action:
@@ -403,11 +427,73 @@ def _path_of(target: str) -> str:
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
+class Incoming(NamedTuple):
+    """A request as a door read it: its method, route, headers as sent and whole body."""
+
+    method: str
+    route: str
+    headers: Headers
+    body: bytes
+
+
+class Reply(Protocol):
+    """How a door carries out the tee's commands for its agent. `response` is what an
+    aiohttp handler returns, when the answer is aiohttp's own (control, websockets)."""
+
+    response: web.StreamResponse | None
+
+    async def head(self, status: int, headers: Headers) -> None: ...
+
+    async def body(self, data: bytes) -> None:
+        """Raises ConnectionError when the agent is gone."""
+        ...
+
+    async def end(self) -> None: ...
+
+    def drop(self) -> None:
+        """Break the connection: the head sent (if any) reaches the agent, then the cut."""
+        ...
+
+    async def whole(self, status: int, headers: Headers, body: bytes) -> None:
+        """forkpoint's own answer, before any decision (a bad run id, a body too large)."""
+        ...
+
+
 class _Response(web.StreamResponse):
     """A response whose head goes out in one write with its first body bytes when they are at
     hand (a whole answer usually is), as aiohttp's `web.Response` does: one send, not two."""
 
     _send_headers_immediately = False
+
+
+class _Reply:
+    """The reply over an aiohttp connection."""
+
+    def __init__(self, request: web.Request):
+        self._request = request
+        self.response: web.StreamResponse | None = None
+
+    async def head(self, status: int, headers: Headers) -> None:
+        self.response = _Response(status=status, headers=headers)
+        await self.response.prepare(self._request)
+        # no later than the loop's next pass, if no body bytes carry it before
+        asyncio.get_running_loop().call_soon(_send_head, self._request)
+
+    async def body(self, data: bytes) -> None:
+        assert self.response is not None
+        await self.response.write(data)
+
+    async def end(self) -> None:
+        assert self.response is not None
+        await self.response.write_eof()
+
+    def drop(self) -> None:
+        _send_head(self._request)  # a head the source sent reaches the agent before the cut
+        if self._request.transport is not None:
+            self._request.transport.abort()
+
+    async def whole(self, status: int, headers: Headers, body: bytes) -> None:
+        self.response = web.Response(status=status, headers=headers, body=body)
 
 
 def _send_head(request: web.Request) -> None:
@@ -417,6 +503,14 @@ def _send_head(request: web.Request) -> None:
         return
     with contextlib.suppress(ConnectionError):  # the agent is gone: the tee's loop finds out
         send()
+
+
+async def _refuse(
+    reply: Reply, method: str, route: str, status: int, message: str, error_type: str
+) -> None:
+    """forkpoint's own error before any decision, over a door's reply."""
+    headers, body = error_reply(method, route, status, message, error_type=error_type)
+    await reply.whole(status, headers, body)
 
 
 def _error(method: str, route: str, status: int, message: str, error_type: str) -> web.Response:

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from forkpoint.cassettes.store import Store
 from forkpoint.doors.gateway import SERVER_OPTIONS, Gateway
+from forkpoint.doors.local import LocalDoor
 from forkpoint.doors.ports import Sender
 from forkpoint.doors.reach import is_loopback, token_for
 from forkpoint.engine.config import DEFAULT_CLIENT_TIMEOUT, DEFAULT_MAX_BODY, EngineConfig
@@ -180,6 +181,10 @@ class ProxyThread:
 
     def resume(self, run: str, **options: Any) -> Session:
         return self.call(self.proxy.sessions.resume(run, **options))
+
+    def local_door(self) -> LocalDoor:
+        """The in-process door to this proxy's gateway, for clients on other threads."""
+        return LocalDoor(self.proxy.gateway, self._thread.loop)
 
     def __enter__(self) -> Proxy:
         self.call(self.proxy.start())

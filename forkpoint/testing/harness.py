@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from forkpoint.api import Options, engine_config, make_change
 from forkpoint.api.env import agent_env
 from forkpoint.cassettes.formats import text
 from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.transfer import joined
+from forkpoint.doors.local import LocalDoor
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import DEFAULT_ROUTES, OnDivergence
 from forkpoint.engine.pace import Pace
@@ -140,8 +142,15 @@ class CassetteProxy:
         self.served = _served(options.record, options.cassette)
         self.store = MemoryStore(label=str(options.cassette))
         self.url = ""
+        self.door: LocalDoor | None = None  # the in-process door, while the proxy runs
         self._thread: ProxyThread | None = None
         self._session: Session | None = None
+
+    @property
+    def origin(self) -> tuple[str, int]:
+        """The proxy's host and port."""
+        parts = urlsplit(self.url)
+        return parts.hostname or "", parts.port or 80
 
     @property
     def openai_base_url(self) -> str:
@@ -173,6 +182,7 @@ class CassetteProxy:
             self.stop(save=False)
             raise
         self.url = self._thread.proxy.url
+        self.door = self._thread.local_door()
         env = agent_env(self.url, self._session.run.id, offline=self.served is Served.REPLAY)
         return {k: v for k, v in env.items() if os.environ.get(k) != v}
 
@@ -231,6 +241,7 @@ class CassetteProxy:
     def stop(self, *, save: bool) -> None:
         """Stop the proxy; with `save`, write a run that was recorded back to the cassette."""
         thread, self._thread = self._thread, None
+        self.door = None
         if thread is None:
             return
         thread.close()

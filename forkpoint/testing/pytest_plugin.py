@@ -6,7 +6,10 @@
         assert [c.name for c in forkpoint.run.tool_calls] == ["lookup_order", "refund"]
 
 Each test gets a gateway of its own on a free port, with OPENAI_BASE_URL, ANTHROPIC_BASE_URL
-(and the rest `forkpoint record` sets) pointing at it for the test's duration. Cassettes live at
+(and the rest `forkpoint record` sets) pointing at it for the test's duration. httpx and httpx2
+clients (the openai and anthropic SDKs among them) reach it through the in-process door, with
+no connection (`forkpoint.testing.httpx_door`; `--forkpoint-sockets` sends them over the socket
+too); every other client, and any subprocess, over its socket. Cassettes live at
 `<test dir>/cassettes/<module>/<test>.yaml`; `--forkpoint-record` picks replay or recording.
 
 Loaded in every pytest session that has forkpoint installed, so until a test asks for the
@@ -43,6 +46,12 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         group.addoption(
             "--record-mode", default=None, metavar="MODE", help="The same as --forkpoint-record."
         )
+    group.addoption(
+        "--forkpoint-sockets",
+        action="store_true",
+        help="Send httpx clients over the proxy's socket too (by default they take the "
+        "in-process door, which answers the same with no connection).",
+    )
     group.addoption(
         "--forkpoint-upstream",
         default=None,
@@ -117,6 +126,11 @@ def forkpoint(
         pytest.fail(failure, pytrace=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    sockets = request.config.getoption("--forkpoint-sockets")
+    if proxy.door is not None and not sockets:
+        from forkpoint.testing.httpx_door import route
+
+        route(monkeypatch, proxy.door, proxy.origin)
     yield proxy
     passed = node.stash.get(_CALL_PASSED, False)
     proxy.stop(save=passed)

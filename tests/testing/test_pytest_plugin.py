@@ -298,3 +298,37 @@ def test_a_session_that_does_not_use_it_is_untouched(inner):
     )
     run(inner).assert_outcomes(passed=1)
     assert not (inner.path / "cassettes").exists()
+
+
+DOOR = """
+import httpx2
+
+def test_ticket(forkpoint):
+    print("door:", httpx2.HTTPTransport.handle_request.__module__)
+    assert solve("Where is order A1001?") == "Order status: shipped"
+"""
+
+
+def test_httpx_clients_take_the_in_process_door_unless_sockets_are_asked_for(inner, tool_upstream):
+    write_test(inner, DOOR)
+    cassette = inner.path / "cassettes" / "test_agent" / "test_ticket.yaml"
+    recorded = {}
+    for flags in ((), ("--forkpoint-sockets",)):
+        result = run(inner, "-s", "--forkpoint-record=all", *flags, upstream=tool_upstream.url)
+        result.assert_outcomes(passed=1)
+        door = "httpx2._transports.default" if flags else "forkpoint.testing.httpx_door"
+        assert f"door: {door}" in result.stdout.str()
+        recorded[flags] = yaml.safe_load(cassette.read_text())["interactions"]
+    # the same cassette either way, but for the times and the ids the upstream made up
+    assert recorded[()][0]["request"] == recorded[("--forkpoint-sockets",)][0]["request"]
+    for through_door, over_socket in zip(*recorded.values(), strict=True):
+        for side in ("request", "response"):
+            assert through_door[side].keys() == over_socket[side].keys()
+        assert through_door["request"]["headers"] == over_socket["request"]["headers"]
+        assert through_door["response"]["status"] == over_socket["response"]["status"]
+        assert (
+            through_door["response"]["headers"].keys() == over_socket["response"]["headers"].keys()
+        )
+    tool_upstream.stop()
+    for flags in ((), ("--forkpoint-sockets",)):
+        run(inner, *flags).assert_outcomes(passed=1)

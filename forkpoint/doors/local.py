@@ -1,0 +1,316 @@
+"""The in-process door: a request handed to the gateway by a client in the same process, on
+another thread, and answered with no socket under it.
+
+The pytest plugin's httpx transports (`forkpoint.testing.httpx_door`) send through it, so a
+cassette test pays no connection, no HTTP framing and no parsing on either side. The gateway
+answers exactly as over aiohttp (`Gateway.answer`: the same session, action and tee), and the
+answer crosses back on a line, item by item: the head, as aiohttp would write it (its Date,
+Server and chunked framing), each body chunk as the tee sends it, then the end or a cut. A
+client that leaves early hangs up as over a socket. The gateway waits while more than
+`WINDOW` bytes are unread, so a large answer is held a window at a time, not whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.helpers import must_be_empty_body, rfc822_formatted_time, should_remove_content_length
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.web_response import REASON_PHRASES
+
+from forkpoint.doors.gateway import Gateway, Incoming
+from forkpoint.engine.encoding import header
+from forkpoint.models import Headers
+
+__all__ = ["WINDOW", "Answer", "AsyncAnswer", "Cut", "LocalDoor", "WireHead"]
+
+log = logging.getLogger(__name__)
+
+WINDOW = 1 << 20  # bytes an answer may have unread before the gateway waits for its client
+
+
+@dataclass(frozen=True, slots=True)
+class WireHead:
+    """A response head as it reaches the client: status, reason phrase, headers."""
+
+    status: int
+    reason: str
+    headers: Headers
+
+
+class Cut(ConnectionError):
+    """The answer broke off, as the connection would have: `before_head` when nothing came."""
+
+    def __init__(self, *, before_head: bool):
+        super().__init__("the answer was cut" + (" before its head" if before_head else ""))
+        self.before_head = before_head
+
+
+_END = object()  # the body is complete
+_CUT = object()  # the connection is dropped
+
+
+class LocalDoor:
+    """Hands requests to `gateway`, which runs on `loop` (another thread's)."""
+
+    def __init__(self, gateway: Gateway, loop: asyncio.AbstractEventLoop):
+        self._gateway = gateway
+        self._loop = loop
+
+    def takes(self, raw_path: str, headers: Headers) -> bool:
+        """Whether this door can answer the request (websockets and control endpoints need
+        the socket)."""
+        _, _, route = self._gateway.target(raw_path, headers)
+        return self._gateway.takes_without_socket(route, headers)
+
+    def send(self, method: str, raw_path: str, headers: Headers, body: bytes) -> Answer:
+        """Start answering; the client reads the answer on its own thread."""
+        line: queue.SimpleQueue[object] = queue.SimpleQueue()
+        reply = _Reply(method, headers, line.put, self._loop)
+        return Answer(reply, line, self._start(reply, method, raw_path, headers, body))
+
+    def send_async(self, method: str, raw_path: str, headers: Headers, body: bytes) -> AsyncAnswer:
+        """Start answering; the client reads the answer on its own running loop."""
+        client = asyncio.get_running_loop()
+        line: asyncio.Queue[object] = asyncio.Queue()
+
+        def put(item: object) -> None:
+            client.call_soon_threadsafe(line.put_nowait, item)
+
+        reply = _Reply(method, headers, put, self._loop)
+        return AsyncAnswer(reply, line, self._start(reply, method, raw_path, headers, body))
+
+    def _start(
+        self, reply: _Reply, method: str, raw_path: str, headers: Headers, body: bytes
+    ) -> Future[None]:
+        started = time.perf_counter()
+        config, run_id, route = self._gateway.target(raw_path, headers)
+        incoming = Incoming(method, route, headers, body)
+        answering = self._gateway.answer(incoming, reply, config, run_id, started=started)
+        return asyncio.run_coroutine_threadsafe(_finished(answering, reply), self._loop)
+
+
+async def _finished(answering: Coroutine[Any, Any, None], reply: _Reply) -> None:
+    """Run the gateway's answer; whatever ends it (a failure of ours included), the client
+    is told, never left waiting."""
+    try:
+        await answering
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("forkpoint: the in-process door failed to answer")
+    finally:
+        reply.close_line()
+
+
+class _Reply:
+    """The gateway's side of the line: the tee's commands as items for the client."""
+
+    def __init__(
+        self,
+        method: str,
+        request_headers: Headers,
+        put: Callable[[object], None],
+        loop: asyncio.AbstractEventLoop,
+    ):
+        self.response: web.StreamResponse | None = (
+            None  # never aiohttp's: this door sends no control or websocket
+        )
+        self._method = method
+        self._close = (header(request_headers, "connection") or "").lower() == "close"
+        self._put = put
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._unread = 0
+        self._room: asyncio.Event | None = None
+        self._ended = False
+        self.gone = False  # the client left; set from its thread
+
+    async def head(self, status: int, headers: Headers) -> None:
+        self._put(wire_head(self._method, status, headers, close=self._close))
+
+    async def body(self, data: bytes) -> None:
+        if self.gone:
+            raise ConnectionResetError("the client closed the answer")
+        if not data:
+            return
+        with self._lock:
+            self._unread += len(data)
+            room = self._room = asyncio.Event() if self._unread > WINDOW else None
+        self._put(data)
+        if room is not None:
+            await room.wait()
+            if self.gone:
+                raise ConnectionResetError("the client closed the answer")
+
+    async def end(self) -> None:
+        self._finish(_END)
+
+    def drop(self) -> None:
+        self._finish(_CUT)
+
+    async def whole(self, status: int, headers: Headers, body: bytes) -> None:
+        await self.head(status, headers)
+        await self.body(body)
+        await self.end()
+
+    def close_line(self) -> None:
+        self._finish(_CUT)
+
+    def _finish(self, item: object) -> None:
+        if not self._ended:
+            self._ended = True
+            self._put(item)
+
+    # the client's thread
+
+    def taken(self, size: int) -> None:
+        """The client read `size` bytes: room for more once the unread fall to the window."""
+        with self._lock:
+            self._unread -= size
+            room = self._room if self._unread <= WINDOW else None
+            if room is not None:
+                self._room = None
+        if room is not None:
+            self._loop.call_soon_threadsafe(room.set)
+
+    def leave(self) -> None:
+        self.gone = True
+        with self._lock:
+            room, self._room = self._room, None
+        if room is not None:
+            self._loop.call_soon_threadsafe(room.set)
+
+
+class Answer:
+    """An answer read on the client's thread; each wait up to the client's read timeout."""
+
+    def __init__(
+        self,
+        reply: _Reply,
+        line: queue.SimpleQueue[object],
+        answering: Future[None],
+    ):
+        self._reply, self._line, self._answering = reply, line, answering
+        self._done = False
+
+    def head(self, timeout: float | None) -> WireHead:
+        item = self._next(timeout)
+        if not isinstance(item, WireHead):
+            self._done = True
+            raise Cut(before_head=True)
+        return item
+
+    def read(self, timeout: float | None) -> bytes:
+        """The next chunk of the body; b"" at its end. Raises Cut or TimeoutError."""
+        if self._done:
+            return b""
+        item = self._next(timeout)
+        if item is _END:
+            self._done = True
+            return b""
+        if item is _CUT:
+            self._done = True
+            raise Cut(before_head=False)
+        assert isinstance(item, bytes)
+        self._reply.taken(len(item))
+        return item
+
+    def close(self) -> None:
+        """Leave: an answer not read to its end is hung up on, as a closed connection is."""
+        if not self._done:
+            self._done = True
+            _hang_up(self._reply, self._answering)
+
+    def _next(self, timeout: float | None) -> object:
+        try:
+            return self._line.get(timeout=timeout)
+        except queue.Empty:
+            self.close()
+            raise TimeoutError(f"no answer within {timeout:g} s") from None
+
+
+class AsyncAnswer:
+    """An answer read on the client's loop; each wait up to the client's read timeout."""
+
+    def __init__(self, reply: _Reply, line: asyncio.Queue[object], answering: Future[None]):
+        self._reply, self._line, self._answering = reply, line, answering
+        self._done = False
+
+    async def head(self, timeout: float | None) -> WireHead:
+        item = await self._next(timeout)
+        if not isinstance(item, WireHead):
+            self._done = True
+            raise Cut(before_head=True)
+        return item
+
+    async def read(self, timeout: float | None) -> bytes:
+        """The next chunk of the body; b"" at its end. Raises Cut or TimeoutError."""
+        if self._done:
+            return b""
+        item = await self._next(timeout)
+        if item is _END:
+            self._done = True
+            return b""
+        if item is _CUT:
+            self._done = True
+            raise Cut(before_head=False)
+        assert isinstance(item, bytes)
+        self._reply.taken(len(item))
+        return item
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            _hang_up(self._reply, self._answering)
+
+    async def _next(self, timeout: float | None) -> object:
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._line.get()
+        except TimeoutError:
+            self.close()
+            raise TimeoutError(f"no answer within {timeout:g} s") from None
+        except asyncio.CancelledError:  # the client's task was cancelled: it left
+            self.close()
+            raise
+
+
+def _hang_up(reply: _Reply, answering: Future[None]) -> None:
+    """What a closed connection does to an aiohttp handler: the gateway's answer cancelled."""
+    reply.leave()
+    answering.cancel()  # thread-safe: a future of run_coroutine_threadsafe
+
+
+def wire_head(method: str, status: int, headers: Headers, *, close: bool = False) -> WireHead:
+    """The head aiohttp's server writes for a `StreamResponse` with these headers over
+    HTTP/1.1 (`StreamResponse._prepare_headers`), so a client of this door reads what it
+    would over the gateway's socket."""
+    pairs = list(headers)
+    names = {name.lower() for name, _ in pairs}
+    if must_be_empty_body(method, status):
+        drop = {"transfer-encoding"}
+        if should_remove_content_length(method, status):
+            drop.add("content-length")
+        pairs = [(name, value) for name, value in pairs if name.lower() not in drop]
+    else:
+        if "content-length" not in names:
+            pairs.append(("Transfer-Encoding", "chunked"))
+        if "content-type" not in names and header(headers, "content-length") != "0":
+            pairs.append(("Content-Type", "application/octet-stream"))
+    if "date" not in names:
+        pairs.append(("Date", rfc822_formatted_time()))
+    if "server" not in names:
+        pairs.append(("Server", SERVER_SOFTWARE))
+    if close and "connection" not in names:
+        pairs.append(("Connection", "close"))
+    return WireHead(status, REASON_PHRASES.get(status, ""), tuple(pairs))
