@@ -232,8 +232,7 @@ def loads(
     through the gateway, e.g. `{"anthropic": "https://api.anthropic.com"}`.
     """
     try:
-        _refuse_aliases(text, source)
-        document = yaml.load(text, Loader=_Loader)
+        document = _parsed(text, source)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = f", line {mark.line + 1}" if mark is not None else ""
@@ -361,6 +360,80 @@ def _headers(value: Any, path: Where) -> Headers:
         for item in values if isinstance(values, list) else [values]:
             pairs.append((str(name), str(item)))
     return tuple(pairs)
+
+
+def _parsed(text: str, source: str) -> Any:
+    """The document in `text`, as `yaml.safe_load` gives it, parsed once: the C loader composes
+    the nodes and `_Converter` builds the values, in a third of the time the alias pre-pass and
+    PyYAML's constructor (a generator per mapping, a dispatch per node) took. A document it
+    leaves, or fails on, goes the old way (the pre-pass, then PyYAML's constructor on the same
+    nodes), so its value or its error is the one it always was."""
+    loader = _Loader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except yaml.YAMLError:
+            _refuse_aliases(text, source)  # an alias ahead of the broken part is the error
+            raise
+        if node is None:
+            return None
+        try:
+            return _Converter(loader).value(node)
+        except Exception:
+            # an alias, a merge key, a bad date, nesting too deep for a recursive walk: PyYAML's
+            # answer, value or error, is the one the file always had
+            _refuse_aliases(text, source)
+            return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+# SafeConstructor's own function for each scalar tag that is not a string: the values are
+# safe_load's (YAML 1.1: `0x1A`, `1_000`, `yes`, `~`, dates, `!!binary`…). A tag not here
+# (`=`, a local `!tag`, a collection's tag on a scalar) leaves the document to PyYAML.
+_SCALARS = {
+    f"tag:yaml.org,2002:{name}": _Loader.yaml_constructors[f"tag:yaml.org,2002:{name}"]
+    for name in ("null", "bool", "int", "float", "binary", "timestamp")
+}
+
+
+class _LeftToPyYAML(Exception):
+    """A document `_Converter` does not build: an alias, a merge key, a tag it does not know."""
+
+
+class _Converter:
+    """Nodes to values: strings, dicts and lists here, other scalars by SafeConstructor. The
+    composer shares an aliased node rather than copying it, so a node reached twice is an alias:
+    the walk stops there, before an alias bomb can expand."""
+
+    def __init__(self, loader: Any):
+        self.loader = loader
+        self.seen: set[yaml.Node] = set()
+
+    def value(self, node: yaml.Node) -> Any:
+        if node in self.seen:
+            raise _LeftToPyYAML("an alias")
+        self.seen.add(node)
+        kind, tag = type(node), node.tag
+        if kind is yaml.ScalarNode:
+            if tag == _STR:
+                return node.value
+            if tag in _SCALARS:
+                return _SCALARS[tag](self.loader, node)
+        elif kind is yaml.MappingNode and tag == _MAP:
+            return self.mapping(node)
+        elif kind is yaml.SequenceNode and tag == _SEQ:
+            return [self.value(item) for item in node.value]
+        raise _LeftToPyYAML(f"a {kind.__name__} tagged {tag}")  # a `<<` key, !!set, !!omap…
+
+    def mapping(self, node: yaml.MappingNode) -> dict[Any, Any]:
+        """As SafeConstructor builds one without merge keys: the last of a duplicate key wins."""
+        result: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.value(key_node)
+            result[key] = self.value(value_node)
+        return result
 
 
 def _refuse_aliases(text: str, source: str) -> None:
