@@ -150,3 +150,9 @@ class ExperimentStore(Protocol):
 
 class Store(RunStore, ExperimentStore, Protocol):
     """A cassette: a `RunStore` and an `ExperimentStore` in one place."""
+
+
+def in_memory(store: Store) -> bool:
+    """Whether `store` lives in this process alone (it has no `location` another process could
+    open): reading it blocks no one, and nothing outside can journal or write it."""
+    return not isinstance(getattr(store, "location", None), str)

@@ -157,10 +157,21 @@ class ProxyThread:
     """A `Proxy` on a background event loop: `with ProxyThread(store) as proxy: proxy.url`.
 
     `record`, `replay`, `fork` and `resume` open a session (see `Sessions`) from this thread.
+    `loop`: a loop thread to run on, which stays up when the proxy stops (the pytest plugin's
+    proxies share one: a thread, a loop and their workers made once, not once a test).
     """
 
-    def __init__(self, store: Store, config: EngineConfig = EngineConfig(), **options: Any):
-        self._thread = LoopThread("forkpoint-proxy")
+    def __init__(
+        self,
+        store: Store,
+        config: EngineConfig = EngineConfig(),
+        *,
+        loop: LoopThread | None = None,
+        **options: Any,
+    ):
+        self._own_loop = loop is None
+        self._closed = False
+        self._thread = loop or LoopThread("forkpoint-proxy")
         self.proxy: Proxy = self._thread.call(self._make(store, config, options))
 
     @staticmethod
@@ -194,9 +205,11 @@ class ProxyThread:
         self.close()
 
     def close(self, status: RunStatus = RunStatus.FINISHED) -> None:
-        if self._thread.loop.is_closed():
+        if self._closed or self._thread.loop.is_closed():
             return
+        self._closed = True
         try:
             self.call(self.proxy.stop(status))
         finally:
-            self._thread.close()
+            if self._own_loop:
+                self._thread.close()

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from forkpoint.cassettes.store import Store
+from forkpoint.cassettes.store import Store, in_memory
 from forkpoint.doors.ports import Recorder
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
@@ -39,6 +39,7 @@ class Sessions:
 
     def __init__(self, store: Store, config: EngineConfig, recorder: Recorder):
         self._store = store
+        self._inline = in_memory(store)  # loaded at once: no thread to wait on
         self._config = config
         self._recorder = recorder
         self._sessions: dict[str, asyncio.Future[Session]] = {}
@@ -251,16 +252,17 @@ class Sessions:
     async def _open(
         self, run_id: str | None, default: bool, load: Callable[[], Session]
     ) -> Session:
-        """Register the session under its run id while it loads (on a worker thread), so that
-        requests naming it wait for it."""
+        """Register the session under its run id while it loads (on a worker thread, unless
+        the store is in memory), so that requests naming it wait for it."""
         if run_id is None:
-            return self._register(await asyncio.to_thread(load), default)
+            loaded = load() if self._inline else await asyncio.to_thread(load)
+            return self._register(loaded, default)
         future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
         self._sessions[run_id] = future
         if default:
             self.default_id = run_id
         try:
-            session = await asyncio.to_thread(load)
+            session = load() if self._inline else await asyncio.to_thread(load)
         except BaseException as error:
             del self._sessions[run_id]
             if self.default_id == run_id:

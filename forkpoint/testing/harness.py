@@ -32,6 +32,7 @@ from forkpoint.engine.pace import Pace
 from forkpoint.engine.session import Session
 from forkpoint.errors import ConfigError
 from forkpoint.models import Exchange, Mode, Origin, Run, RunStatus, ToolCall
+from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.proxy import ProxyThread
 from forkpoint.testing.record_mode import RecordMode
 
@@ -136,8 +137,10 @@ class RunView:
 class CassetteProxy:
     """What the `forkpoint` fixture gives a test: the proxy's URLs, its run and its exchanges."""
 
-    def __init__(self, options: CassetteOptions):
+    def __init__(self, options: CassetteOptions, *, loop: LoopThread | None = None):
+        """`loop`: the loop thread to run the proxy on (kept when it stops), else its own."""
         self.options = options
+        self._loop = loop
         self.cassette = options.cassette
         self.served = _served(options.record, options.cassette)
         self.store = MemoryStore(label=str(options.cassette))
@@ -174,7 +177,7 @@ class CassetteProxy:
         forking = self.served is Served.REPLAY and setup.fork_at is not None
         offline = self.served is Served.REPLAY and not forking
         config = engine_config(options, live=not offline, recorded=recorded)
-        self._thread = ProxyThread(self.store, config, pace=options.pace)
+        self._thread = ProxyThread(self.store, config, loop=self._loop, pace=options.pace)
         try:
             self._thread.__enter__()
             self._session = self._open(source)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from forkpoint.runtime.loop_thread import LoopThread
     from forkpoint.testing.harness import CassetteProxy
 
 _CALL_PASSED = pytest.StashKey[bool]()
@@ -91,9 +92,19 @@ def pytest_runtest_makereport(
     return report
 
 
+@pytest.fixture(scope="session")
+def _forkpoint_loop() -> Iterator[LoopThread]:
+    """The loop thread every test's proxy runs on, one per session (per xdist worker)."""
+    from forkpoint.runtime.loop_thread import LoopThread
+
+    thread = LoopThread("forkpoint-proxies")
+    yield thread
+    thread.close()
+
+
 @pytest.fixture
 def forkpoint(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, _forkpoint_loop: LoopThread
 ) -> Iterator[CassetteProxy]:
     """The test's proxy: `.url`, `.run` (`.steps`, `.tool_calls`), `.exchanges`, `.unplayed`.
 
@@ -115,7 +126,8 @@ def forkpoint(
                 record=record_mode(request.config),
                 upstream=request.config.getoption("--forkpoint-upstream"),
                 name=node.nodeid,
-            )
+            ),
+            loop=_forkpoint_loop,
         )
         env = proxy.start()
     except ForkpointError as error:

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +33,7 @@ from forkpoint.runtime.recording.process import (
     ProcessRecorder,
     recorder_for,
 )
-from forkpoint.runtime.recording.recorder import Recorder, ThreadRecorder
+from forkpoint.runtime.recording.recorder import LoopRecorder, Recorder, ThreadRecorder
 from tests.builders import exchange as build
 from tests.pg import postgres_url as postgres_url  # the fixture
 
@@ -272,7 +273,7 @@ def test_a_postgresql_store_is_written_from_a_writer_process_too(postgres_url, r
     store.close()
 
 
-def test_a_cassette_file_gets_a_writer_process_anything_else_a_thread(store):
+def test_a_cassette_file_gets_a_writer_process_a_lambda_a_thread_memory_the_loop(store):
     journaled = recorder_for(store, MatchConfig())
     assert isinstance(journaled, Journaled) and isinstance(journaled.inner, AdaptiveRecorder)
     asyncio.run(journaled.stop())
@@ -282,7 +283,7 @@ def test_a_cassette_file_gets_a_writer_process_anything_else_a_thread(store):
 
     in_main.__module__ = "__main__"  # as if defined in the agent's script: not importable
     memory = recorder_for(MemoryStore(), MatchConfig())
-    assert isinstance(memory, ThreadRecorder)  # nothing to journal for
+    assert isinstance(memory, LoopRecorder)  # nothing to journal for
     asyncio.run(memory.stop())
     for recorder in (
         recorder_for(store, MatchConfig(normalizers=(lambda method, route, body: body,))),
@@ -337,3 +338,31 @@ def test_a_journaled_recorder_holds_what_a_locked_store_refuses_and_writes_it_la
     assert held_exchanges(store)[0] == {}
     assert not list(Path(f"{cassette}.journals").glob("*.journal"))
     store.close()
+
+
+def test_a_store_in_memory_is_written_on_the_loop_with_no_thread_once_the_answer_is_out(run):
+    store = MemoryStore()
+    store.create_run(Run("r1"))
+    threads = threading.active_count()
+    recorder = recorder_for(store, MatchConfig())
+    running = run(recorder)
+    assert threading.active_count() == threads + 1  # the test's loop thread, no writer
+    parts = [bytes([n]) * 300_000 for n in range(2)]
+    blobs = [Blob(hashlib.sha256(part).hexdigest(), part) for part in parts]
+    pieces = tuple(Piece(b.digest, len(b.data), 1.0) for b in blobs)
+
+    async def submitted_then_seen() -> int:
+        recorder.submit(exchange("r1", 0))
+        for blob in blobs:
+            recorder.submit(blob)
+        recorder.submit(dataclasses.replace(exchange("r1", 1), pieces=pieces))
+        seen = store.step_count("r1")  # not yet: the agent's last bytes go out first
+        await asyncio.sleep(0)
+        return seen
+
+    assert running._thread.call(submitted_then_seen()) == 0
+    assert running.flush(5)
+    loaded = store.exchanges("r1")
+    assert [e.step for e in loaded] == [0, 1]
+    assert loaded[0].summary is not None and loaded[0].summary.model == "gpt-4o"
+    assert [store.piece(piece) for piece in loaded[1].pieces] == parts

@@ -23,12 +23,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from forkpoint.cassettes.store import Store
+from forkpoint.cassettes.store import Store, in_memory
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.runtime.recording.child import HEADER, HELD, frame
 from forkpoint.runtime.recording.journal import Entry, Journal, journal_dir
 from forkpoint.runtime.recording.journaled import Journaled
-from forkpoint.runtime.recording.recorder import LINGER, Progress, Recorder, ThreadRecorder
+from forkpoint.runtime.recording.recorder import (
+    LINGER,
+    LoopRecorder,
+    Progress,
+    Recorder,
+    ThreadRecorder,
+)
 from forkpoint.runtime.recording.writer import Item
 
 log = logging.getLogger(__name__)
@@ -44,11 +50,13 @@ _CHILD = (
 
 
 def recorder_for(store: Store, match: MatchConfig) -> Recorder:
-    """For a cassette file, a recorder that moves to a writer process under load; a thread for
-    anything else, or when the match settings cannot reach another process (a lambda among
-    the normalizers). Both journal what they are given where a later process finds it; a
-    store in memory needs no journal."""
+    """For a cassette file, a recorder that moves to a writer process under load; a thread when
+    the match settings cannot reach another process (a lambda among the normalizers). Both
+    journal what they are given where a later process finds it. A store in memory needs no
+    journal and is written on the loop."""
     directory = journal_dir(store)
+    if in_memory(store):  # nothing to journal, nothing to wait for
+        return LoopRecorder(store, match=match)
     journal = None
     if directory is not None:
         try:
@@ -101,9 +109,7 @@ class AdaptiveRecorder:
         self._match = match
         self._journal = journal
         self._progress = Progress()
-        self._thread = ThreadRecorder(
-            store, match=match, progress=self._progress, journal=journal
-        )
+        self._thread = ThreadRecorder(store, match=match, progress=self._progress, journal=journal)
         self.process: ProcessRecorder | None = None  # once promoted
         self._starting: asyncio.Task[None] | None = None
         self._window = (0.0, 0)  # when the current count began, and the count

@@ -1,9 +1,10 @@
 """Recorders take completed exchanges and snapshots from the event loop and commit them off it.
 
 The event loop only hands items over; a `CassetteWriter` does the work elsewhere. Here is the
-contract and the in-process recorder (a thread); `process` has the ones that write from a
-child process, which a proxy recording into an SQLite file moves to under load, and
-`journaled` the recorder that journals each item before handing it over.
+contract, the in-process recorder (a thread) and, for a store in memory, the one that writes
+on the loop itself; `process` has the ones that write from a child process, which a proxy
+recording into an SQLite file moves to under load, and `journaled` the recorder that journals
+each item before handing it over.
 """
 
 from __future__ import annotations
@@ -64,6 +65,44 @@ class Progress:
         target = self.submitted
         with self._changed:
             return self._changed.wait_for(lambda: self._written >= target, timeout)
+
+
+class LoopRecorder:
+    """Writes on the event loop, once the agent's last bytes are out: for a store in memory (the
+    pytest plugin's), whose write is a few inserts and a summary's parse. A thread would cost
+    more than it saves there: its start and stop each test, and a hand-off per exchange that
+    takes the GIL from the agent's next request."""
+
+    def __init__(self, store: Store, *, match: MatchConfig = MatchConfig()):
+        self._writer = CassetteWriter(store, match)
+        self._progress = Progress()
+
+    def submit(self, item: Item) -> None:
+        self._progress.submitted += 1
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on a loop: nothing to wait for
+            self._write(item)
+            return
+        loop.call_soon(self._write, item)
+
+    def _write(self, item: Item) -> None:
+        try:
+            self._writer.write([item])
+        except Exception as error:  # on the loop: one line, never a traceback in a callback
+            log.error("forkpoint: could not record a %s: %s", type(item).__name__.lower(), error)
+        finally:
+            self._progress.written(1)
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Called off the loop (a flush on it could not see the writes it waits for)."""
+        return self._progress.wait(timeout)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        await asyncio.sleep(0)  # the writes already called for run first
 
 
 class ThreadRecorder:
