@@ -12,6 +12,7 @@ any other address, or another HTTP client, goes over the network as before.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
@@ -60,7 +61,7 @@ def _route(
 
     async def handle_async_request(transport: Any, request: Any) -> Any:
         target = _ours(request, origin, door)
-        if target is None:
+        if target is None or not _on_asyncio():  # trio's clients take the socket
             return await async_send(transport, request)
         headers = decode_headers(request.headers.raw)
         answer = door.send_async(request.method, target, headers, await request.aread())
@@ -82,6 +83,14 @@ def _ours(request: Any, origin: tuple[str, int], door: LocalDoor) -> str | None:
         return None
     target: str = url.raw_path.decode("ascii")
     return target if door.takes(target, decode_headers(request.headers.raw)) else None
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _read_timeout(request: Any) -> float | None:
