@@ -167,6 +167,10 @@ def test_kill_9_under_load_loses_no_exchange_a_client_received(upstream, tmp_pat
               f"{time.monotonic() - began:.0f} s: lost {sum(map(len, lost.values()))} of "
               f"{received} exchanges the clients received")  # fmt: skip
     assert all(trial.received for trial in trials), "a trial received nothing"
-    assert not any(lost.values()), {name: sorted(q)[:5] for name, q in lost.items() if q}
+    assert not any(lost.values()), {  # who was killed, how many were lost, the first of them
+        name: (trial.victim, len(lost[name]), sorted(lost[name])[:5])
+        for trial in trials
+        if lost[name := trial.name]
+    }
     duplicated = [question for question, count in stored.items() if count > 1]
     assert not duplicated, f"recorded twice: {duplicated[:5]}"
