@@ -191,30 +191,20 @@ class _Reply:
             self._loop.call_soon_threadsafe(room.set)
 
 
-class Answer:
-    """An answer read on the client's thread; each wait up to the client's read timeout."""
+class _Reading:
+    """What an answer's items mean to its client, read on a thread or on a loop."""
 
-    def __init__(
-        self,
-        reply: _Reply,
-        line: queue.SimpleQueue[object],
-        answering: Future[None],
-    ):
-        self._reply, self._line, self._answering = reply, line, answering
+    def __init__(self, reply: _Reply, answering: Future[None]):
+        self._reply, self._answering = reply, answering
         self._done = False
 
-    def head(self, timeout: float | None) -> WireHead:
-        item = self._next(timeout)
+    def _head(self, item: object) -> WireHead:
         if not isinstance(item, WireHead):
             self._done = True
             raise Cut(before_head=True)
         return item
 
-    def read(self, timeout: float | None) -> bytes:
-        """The next chunk of the body; b"" at its end. Raises Cut or TimeoutError."""
-        if self._done:
-            return b""
-        item = self._next(timeout)
+    def _chunk(self, item: object) -> bytes:
         if item is _END:
             self._done = True
             return b""
@@ -231,55 +221,52 @@ class Answer:
             self._done = True
             _hang_up(self._reply, self._answering)
 
+    def _timed_out(self, timeout: float | None) -> TimeoutError:
+        self.close()
+        return TimeoutError(f"no answer within {timeout:g} s")
+
+
+class Answer(_Reading):
+    """An answer read on the client's thread; each wait up to the client's read timeout."""
+
+    def __init__(self, reply: _Reply, line: queue.SimpleQueue[object], answering: Future[None]):
+        super().__init__(reply, answering)
+        self._line = line
+
+    def head(self, timeout: float | None) -> WireHead:
+        return self._head(self._next(timeout))
+
+    def read(self, timeout: float | None) -> bytes:
+        """The next chunk of the body; b"" at its end. Raises Cut or TimeoutError."""
+        return b"" if self._done else self._chunk(self._next(timeout))
+
     def _next(self, timeout: float | None) -> object:
         try:
             return self._line.get(timeout=timeout)
         except queue.Empty:
-            self.close()
-            raise TimeoutError(f"no answer within {timeout:g} s") from None
+            raise self._timed_out(timeout) from None
 
 
-class AsyncAnswer:
+class AsyncAnswer(_Reading):
     """An answer read on the client's loop; each wait up to the client's read timeout."""
 
     def __init__(self, reply: _Reply, line: asyncio.Queue[object], answering: Future[None]):
-        self._reply, self._line, self._answering = reply, line, answering
-        self._done = False
+        super().__init__(reply, answering)
+        self._line = line
 
     async def head(self, timeout: float | None) -> WireHead:
-        item = await self._next(timeout)
-        if not isinstance(item, WireHead):
-            self._done = True
-            raise Cut(before_head=True)
-        return item
+        return self._head(await self._next(timeout))
 
     async def read(self, timeout: float | None) -> bytes:
         """The next chunk of the body; b"" at its end. Raises Cut or TimeoutError."""
-        if self._done:
-            return b""
-        item = await self._next(timeout)
-        if item is _END:
-            self._done = True
-            return b""
-        if item is _CUT:
-            self._done = True
-            raise Cut(before_head=False)
-        assert isinstance(item, bytes)
-        self._reply.taken(len(item))
-        return item
-
-    def close(self) -> None:
-        if not self._done:
-            self._done = True
-            _hang_up(self._reply, self._answering)
+        return b"" if self._done else self._chunk(await self._next(timeout))
 
     async def _next(self, timeout: float | None) -> object:
         try:
             async with asyncio.timeout(timeout):
                 return await self._line.get()
         except TimeoutError:
-            self.close()
-            raise TimeoutError(f"no answer within {timeout:g} s") from None
+            raise self._timed_out(timeout) from None
         except asyncio.CancelledError:  # the client's task was cancelled: it left
             self.close()
             raise

@@ -165,8 +165,18 @@ def routed(monkeypatch: pytest.MonkeyPatch, thread: Any) -> None:
     route(monkeypatch, thread.local_door(), (host, int(port)))
 
 
-def unrouted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.undo()
+def both_ways(
+    monkeypatch: pytest.MonkeyPatch, thread: Any, runs: dict[str, str], httpx: Any, **how: bool
+) -> dict[str, list[Seen]]:
+    """Every case fetched over the socket, then through the door, each way in its own run."""
+    seen: dict[str, list[Seen]] = {}
+    for way, run in runs.items():
+        if way == "in-process":
+            routed(monkeypatch, thread)
+        urls = [f"{thread.proxy.url}/r/{run}/up/{case}" for case in ANSWERS]
+        seen[way] = [fetch(httpx, url, **how) for url in urls]
+        monkeypatch.undo()
+    return seen
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
@@ -175,14 +185,8 @@ def test_a_client_sees_and_the_proxy_records_the_same_through_either_door(
     start_proxy, store, upstream, monkeypatch, httpx, asynchronous
 ):
     thread = start_proxy(None, routes={"up": upstream.url})
-    door = {"socket": "run-socket", "in-process": "run-local"}
-    seen: dict[str, list[Seen]] = {}
-    for way, run in door.items():
-        if way == "in-process":
-            routed(monkeypatch, thread)
-        urls = [f"{thread.proxy.url}/r/{run}/up/{case}" for case in ANSWERS]
-        seen[way] = [fetch(httpx, url, asynchronous=asynchronous) for url in urls]
-        monkeypatch.undo()
+    runs = {"socket": "run-socket", "in-process": "run-local"}
+    seen = both_ways(monkeypatch, thread, runs, httpx, asynchronous=asynchronous)
     assert seen["in-process"] == seen["socket"]
     assert seen["socket"][0].body == JSON and seen["socket"][2].body == JSON  # gzip decoded
     assert seen["socket"][-2].error and seen["socket"][-1].error  # the cut and the drop
@@ -192,14 +196,8 @@ def test_a_client_sees_and_the_proxy_records_the_same_through_either_door(
     # replayed: each way from a replay of what the socket recorded, with the upstream gone
     upstream.stop()
     replaying = start_proxy(None, routes={"up": upstream.url})
-    replays = {way: replaying.replay("run-socket").run.id for way in door}
-    again: dict[str, list[Seen]] = {}
-    for way, run in replays.items():
-        if way == "in-process":
-            routed(monkeypatch, replaying)
-        urls = [f"{replaying.proxy.url}/r/{run}/up/{case}" for case in ANSWERS]
-        again[way] = [fetch(httpx, url, asynchronous=asynchronous) for url in urls]
-        monkeypatch.undo()
+    replays = {way: replaying.replay("run-socket").run.id for way in runs}
+    again = both_ways(monkeypatch, replaying, replays, httpx, asynchronous=asynchronous)
     assert again["in-process"] == again["socket"]
     assert [s.body for s in again["socket"]] == [s.body for s in seen["socket"]]
 
