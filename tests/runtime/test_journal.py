@@ -3,6 +3,7 @@ what the store holds; a live process's journal is left alone; a cut last frame i
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 from pathlib import Path
@@ -129,3 +130,27 @@ def test_a_store_in_memory_has_no_journal_and_postgres_one_per_database(tmp_path
     sqlite = SqliteStore(tmp_path / "a.db")
     assert journal_dir(sqlite) == tmp_path / "a.db.journals"
     sqlite.close()
+
+
+def test_a_lock_still_being_made_is_no_orphan_and_a_merge_leaves_it(store, monkeypatch):
+    # A journal's lock file is made under a dot name, then locked, then renamed. A merger
+    # running in between found the dot file unlocked, took it for a dead process's, merged
+    # and deleted it; the new journal's rename then failed, and that proxy ran with none
+    # (a kill -9 trial lost exchanges its clients had received).
+    directory = journal_dir(store)
+    assert directory is not None
+    real_flock = fcntl.flock
+    merged: list[int] = []
+
+    def flock_after_a_merge(fd: int, operation: int) -> None:
+        if operation == fcntl.LOCK_EX and not merged:  # the new journal's own, not yet taken
+            merged.append(merge_orphans(store, MatchConfig()))
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_a_merge)
+    journal = Journal(directory)  # raised FileNotFoundError on its rename
+    monkeypatch.setattr(fcntl, "flock", real_flock)
+    assert merged == [0] and journal.lock_path.exists()
+    journal.entry(Run("r1"))
+    died(journal)
+    assert merge_orphans(store, MatchConfig()) == 0 and not list(directory.iterdir())

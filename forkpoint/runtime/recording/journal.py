@@ -246,6 +246,11 @@ def orphans(directory: Path | None) -> Iterator[tuple[Path, list[Path]]]:
     if directory is None or not directory.is_dir():
         return
     for lock in sorted(directory.glob("*.lock")):
+        if lock.name.startswith("."):
+            # a live process's lock still being made (pathlib's glob matches dot names): found
+            # unlocked in the moment before its maker locks it, it would be taken for a dead
+            # process's and deleted, and its maker would run with no journal
+            continue
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
