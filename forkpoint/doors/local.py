@@ -65,6 +65,13 @@ class LocalDoor:
     def __init__(self, gateway: Gateway, loop: asyncio.AbstractEventLoop):
         self._gateway = gateway
         self._loop = loop
+        self._under_way: dict[Future[None], _Reply] = {}
+
+    def close(self) -> None:
+        """Hang up on every answer still under way (a client that neither read nor closed
+        one), as a stopping server closes its connections: each is recorded as cut."""
+        for answering, reply in list(self._under_way.items()):
+            _hang_up(reply, answering)
 
     def takes(self, raw_path: str, headers: Headers) -> bool:
         """Whether this door can answer the request (websockets and control endpoints need
@@ -96,7 +103,13 @@ class LocalDoor:
         config, run_id, route = self._gateway.target(raw_path, headers)
         incoming = Incoming(method, route, headers, body)
         answering = self._gateway.answer(incoming, reply, config, run_id, started=started)
-        return asyncio.run_coroutine_threadsafe(_finished(answering, reply), self._loop)
+        future = asyncio.run_coroutine_threadsafe(_finished(answering, reply), self._loop)
+        self._under_way[future] = reply
+        future.add_done_callback(self._ended)
+        return future
+
+    def _ended(self, future: Future[None]) -> None:
+        self._under_way.pop(future, None)
 
 
 async def _finished(answering: Coroutine[Any, Any, None], reply: _Reply) -> None:
@@ -106,8 +119,9 @@ async def _finished(answering: Coroutine[Any, Any, None], reply: _Reply) -> None
         await answering
     except asyncio.CancelledError:
         raise
-    except Exception:
-        log.exception("forkpoint: the in-process door failed to answer")
+    except Exception as error:  # ours: one line in the log, the client sees a cut
+        log.error("forkpoint: the in-process door failed to answer: %s: %s",
+                  type(error).__name__, error)  # fmt: skip
     finally:
         reply.close_line()
 

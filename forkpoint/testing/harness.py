@@ -244,6 +244,8 @@ class CassetteProxy:
     def stop(self, *, save: bool) -> None:
         """Stop the proxy; with `save`, write a run that was recorded back to the cassette."""
         thread, self._thread = self._thread, None
+        if self.door is not None:
+            self.door.close()
         self.door = None
         if thread is None:
             return

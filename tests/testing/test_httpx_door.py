@@ -255,3 +255,29 @@ def test_other_addresses_go_over_the_network_as_before(start_proxy, upstream, mo
     with httpx.Client() as client:
         response = client.post(f"{upstream.url}/json", content=b"{}")
     assert (response.status_code, response.content) == (200, JSON)
+
+
+def test_an_answer_left_open_is_hung_up_on_when_the_door_closes(start_proxy, store, upstream):
+    httpx = CLIENTS[0]
+    thread = start_proxy(None, routes={"up": upstream.url})
+    run = thread.record().run
+    door = thread.local_door()
+    host, port = thread.proxy.url.removeprefix("http://").split(":")
+    monkeypatch = pytest.MonkeyPatch()
+    route(monkeypatch, door, (host, int(port)))
+    try:
+        client = httpx.Client()
+        response = client.send(
+            client.build_request("POST", f"{thread.proxy.url}/up/drip"), stream=True
+        )
+        assert next(response.iter_raw()) == b"piece 0\n"  # then neither read nor closed
+        door.close()  # as the test's proxy stops
+        deadline = time.monotonic() + 5
+        while store.step_count(run.id) < 1 and time.monotonic() < deadline:
+            thread.proxy.recorder.flush(1)
+            time.sleep(0.01)
+    finally:
+        monkeypatch.undo()
+    [drip] = store.exchanges(run.id)
+    assert drip.complete is False and "client disconnected" in (drip.error or "")
+    assert b"piece 99" not in drip.response_body
