@@ -19,6 +19,9 @@ from forkpoint.engine.fields import json_inside
 
 CONTEXT = 40  # characters of context either side of a differing part
 SHOWN = 500  # characters of a value that is only on one side, before "… (N more)"
+# Levels walked; a value nested deeper counts as one difference, neither walked nor compared
+# (`==` recurses as deep), so a body of a thousand levels is reported, not a RecursionError.
+WALK_DEPTH = 100
 _ABSENT = object()
 
 
@@ -72,8 +75,11 @@ def nearest(got: Any, candidates: Sequence[tuple[int, Any]]) -> tuple[int, Any] 
     return None if best is None else (best[1], best[2])
 
 
-def _differences(a: Any, b: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
+def _differences(a: Any, b: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any, Any]]:
     """(path, recorded, got) of each leaf that differs; an absent side is `_ABSENT`."""
+    if depth >= WALK_DEPTH and isinstance(a, dict | list) and isinstance(b, dict | list):
+        yield path, a, b
+        return
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):
             sub = f"{path}.{key}"
@@ -82,7 +88,7 @@ def _differences(a: Any, b: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
             elif key not in a:
                 yield sub, _ABSENT, b[key]
             else:
-                yield from _differences(a[key], b[key], sub)
+                yield from _differences(a[key], b[key], sub, depth + 1)
     elif isinstance(a, list) and isinstance(b, list):
         for index in range(max(len(a), len(b))):
             sub = f"{path}[{index}]"
@@ -91,11 +97,11 @@ def _differences(a: Any, b: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
             elif index >= len(a):
                 yield sub, _ABSENT, b[index]
             else:
-                yield from _differences(a[index], b[index], sub)
+                yield from _differences(a[index], b[index], sub, depth + 1)
     elif isinstance(a, str) and isinstance(b, str) and a != b:
         inner_a, inner_b = json_inside(a), json_inside(b)
         if inner_a is not None and inner_b is not None:
-            yield from _differences(inner_a, inner_b, f"{path}(json)")
+            yield from _differences(inner_a, inner_b, f"{path}(json)", depth + 1)
         else:
             yield path, a, b
     elif a != b or type(a) is not type(b):
@@ -143,7 +149,10 @@ def _excerpt(text: str, start: int, end: int) -> str:
 def _shown(value: Any) -> str:
     if value is _ABSENT:
         return "(absent)"
-    text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:  # past orjson's 254 levels
+        return "(nested too deep to show)"
     if len(text) <= SHOWN:
         return text
     return f"{text[:SHOWN]}… ({len(text) - SHOWN} more characters)"

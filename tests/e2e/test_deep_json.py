@@ -61,6 +61,9 @@ def test_deep_json_is_recorded_replayed_exported_and_imported(upstream, tmp_path
         replayed = post(replay_url, body)  # the replayed run
         assert replayed.status_code == 200, replayed.text
         assert replayed.content == recorded.content
+        # one the recording lacks gets the divergence report, not forkpoint's own 500
+        diverged = post(replay_url, b"[" * 255 + b"]" * 255)  # as the fuzzer sent
+        assert diverged.status_code != 500 and "diverge" in diverged.text, diverged.text
     finally:
         assert stop(replaying) == 0
 
