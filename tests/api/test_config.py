@@ -72,3 +72,21 @@ def test_the_project_comes_first_and_options_add_to_it(tmp_path: Path, monkeypat
 
 def drop_user(method: str, route: str, body: object) -> object:
     return {k: v for k, v in body.items() if k != "user"} if isinstance(body, dict) else body
+
+
+def test_a_file_is_parsed_once_while_it_stays_the_same_and_again_once_edited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # a pytest session asks for the project's settings once a test: a 6 kB pyproject.toml
+    # took 0.7 ms to parse each time
+    import tomllib
+
+    parsed: list[str] = []
+    real = tomllib.loads
+    monkeypatch.setattr(tomllib, "loads", lambda text: parsed.append(text) or real(text))
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[tool.forkpoint]\nignore = ["user"]\n')
+    assert [find_project_config(tmp_path).ignore for _ in range(3)] == [("user",)] * 3
+    assert len(parsed) == 1
+    pyproject.write_text('[tool.forkpoint]\nignore = ["else"]\n')  # same size, same second
+    assert find_project_config(tmp_path).ignore == ("else",) and len(parsed) == 2
