@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 from aiohttp.helpers import must_be_empty_body, rfc822_formatted_time, should_remove_content_length
@@ -28,10 +28,11 @@ from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.web_response import REASON_PHRASES
 
 from forkpoint.doors.gateway import Gateway, Incoming
+from forkpoint.engine.config import EngineConfig
 from forkpoint.engine.encoding import header
 from forkpoint.models import Headers
 
-__all__ = ["WINDOW", "Answer", "AsyncAnswer", "Cut", "LocalDoor", "WireHead"]
+__all__ = ["WINDOW", "Answer", "AsyncAnswer", "Cut", "LocalDoor", "Routed", "WireHead"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,14 @@ _END = object()  # the body is complete
 _CUT = object()  # the connection is dropped
 
 
+class Routed(NamedTuple):
+    """Where a request this door takes goes: its engine config, run id and route."""
+
+    config: EngineConfig
+    run_id: str | None
+    route: str
+
+
 class LocalDoor:
     """Hands requests to `gateway`, which runs on `loop` (another thread's)."""
 
@@ -73,19 +82,19 @@ class LocalDoor:
         for answering, reply in list(self._under_way.items()):
             _hang_up(reply, answering)
 
-    def takes(self, raw_path: str, headers: Headers) -> bool:
-        """Whether this door can answer the request (websockets and control endpoints need
-        the socket)."""
-        _, _, route = self._gateway.target(raw_path, headers)
-        return self._gateway.takes_without_socket(route, headers)
+    def routed(self, raw_path: str, headers: Headers) -> Routed | None:
+        """Where the request goes, when this door can answer it; None for one that needs the
+        socket (a websocket upgrade, a control endpoint)."""
+        routed = Routed(*self._gateway.target(raw_path, headers))
+        return routed if self._gateway.takes_without_socket(routed.route, headers) else None
 
-    def send(self, method: str, raw_path: str, headers: Headers, body: bytes) -> Answer:
+    def send(self, method: str, routed: Routed, headers: Headers, body: bytes) -> Answer:
         """Start answering; the client reads the answer on its own thread."""
         line: queue.SimpleQueue[object] = queue.SimpleQueue()
         reply = _Reply(method, headers, line.put, self._loop)
-        return Answer(reply, line, self._start(reply, method, raw_path, headers, body))
+        return Answer(reply, line, self._start(reply, method, routed, headers, body))
 
-    def send_async(self, method: str, raw_path: str, headers: Headers, body: bytes) -> AsyncAnswer:
+    def send_async(self, method: str, routed: Routed, headers: Headers, body: bytes) -> AsyncAnswer:
         """Start answering; the client reads the answer on its own running loop."""
         client = asyncio.get_running_loop()
         line: asyncio.Queue[object] = asyncio.Queue()
@@ -94,15 +103,16 @@ class LocalDoor:
             client.call_soon_threadsafe(line.put_nowait, item)
 
         reply = _Reply(method, headers, put, self._loop)
-        return AsyncAnswer(reply, line, self._start(reply, method, raw_path, headers, body))
+        return AsyncAnswer(reply, line, self._start(reply, method, routed, headers, body))
 
     def _start(
-        self, reply: _Reply, method: str, raw_path: str, headers: Headers, body: bytes
+        self, reply: _Reply, method: str, routed: Routed, headers: Headers, body: bytes
     ) -> Future[None]:
         started = time.perf_counter()
-        config, run_id, route = self._gateway.target(raw_path, headers)
-        incoming = Incoming(method, route, headers, body)
-        answering = self._gateway.answer(incoming, reply, config, run_id, started=started)
+        incoming = Incoming(method, routed.route, headers, body)
+        answering = self._gateway.answer(
+            incoming, reply, routed.config, routed.run_id, started=started
+        )
         future = asyncio.run_coroutine_threadsafe(_finished(answering, reply), self._loop)
         self._under_way[future] = reply
         future.add_done_callback(self._ended)
@@ -123,7 +133,7 @@ async def _finished(answering: Coroutine[Any, Any, None], reply: _Reply) -> None
         log.error("forkpoint: the in-process door failed to answer: %s: %s",
                   type(error).__name__, error)  # fmt: skip
     finally:
-        reply.close_line()
+        reply.drop()  # after its end, nothing: a client is never left waiting
 
 
 class _Reply:
@@ -136,9 +146,8 @@ class _Reply:
         put: Callable[[object], None],
         loop: asyncio.AbstractEventLoop,
     ):
-        self.response: web.StreamResponse | None = (
-            None  # never aiohttp's: this door sends no control or websocket
-        )
+        # never aiohttp's own: this door takes no control endpoint and no websocket
+        self.response: web.StreamResponse | None = None
         self._method = method
         self._close = (header(request_headers, "connection") or "").lower() == "close"
         self._put = put
@@ -176,9 +185,6 @@ class _Reply:
         await self.head(status, headers)
         await self.body(body)
         await self.end()
-
-    def close_line(self) -> None:
-        self._finish(_CUT)
 
     def _finish(self, item: object) -> None:
         if not self._ended:

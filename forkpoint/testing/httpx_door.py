@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from forkpoint.doors.local import Answer, AsyncAnswer, Cut, LocalDoor, WireHead
+from forkpoint.doors.local import Answer, AsyncAnswer, Cut, LocalDoor, Routed, WireHead
 from forkpoint.engine.encoding import decode_headers
+from forkpoint.models import Headers
 
 __all__ = ["MODULES", "route"]
 
@@ -47,11 +48,10 @@ def _route(
     sync_body, async_body = _bodies(httpx)
 
     def handle_request(transport: Any, request: Any) -> Any:
-        target = _ours(request, origin, door)
-        if target is None:
+        ours = _ours(request, origin, door)
+        if ours is None:
             return sync_send(transport, request)
-        headers = decode_headers(request.headers.raw)
-        answer = door.send(request.method, target, headers, request.read())
+        answer = door.send(request.method, *ours, request.read())
         timeout = _read_timeout(request)
         try:
             head = answer.head(timeout)
@@ -60,11 +60,10 @@ def _route(
         return _response(httpx, head, sync_body(answer, timeout, request))
 
     async def handle_async_request(transport: Any, request: Any) -> Any:
-        target = _ours(request, origin, door)
-        if target is None or not _on_asyncio():  # trio's clients take the socket
+        ours = _ours(request, origin, door)
+        if ours is None or not _on_asyncio():  # trio's clients take the socket
             return await async_send(transport, request)
-        headers = decode_headers(request.headers.raw)
-        answer = door.send_async(request.method, target, headers, await request.aread())
+        answer = door.send_async(request.method, *ours, await request.aread())
         timeout = _read_timeout(request)
         try:
             head = await answer.head(timeout)
@@ -76,13 +75,14 @@ def _route(
     monkeypatch.setattr(httpx.AsyncHTTPTransport, "handle_async_request", handle_async_request)
 
 
-def _ours(request: Any, origin: tuple[str, int], door: LocalDoor) -> str | None:
-    """The request target (path and query) when the request is for this door, else None."""
+def _ours(request: Any, origin: tuple[str, int], door: LocalDoor) -> tuple[Routed, Headers] | None:
+    """Where the request goes and its headers as sent, when it is for this door; else None."""
     url = request.url
     if url.scheme != "http" or (url.host, url.port) != origin:
         return None
-    target: str = url.raw_path.decode("ascii")
-    return target if door.takes(target, decode_headers(request.headers.raw)) else None
+    headers = decode_headers(request.headers.raw)
+    routed = door.routed(url.raw_path.decode("ascii"), headers)
+    return None if routed is None else (routed, headers)
 
 
 def _on_asyncio() -> bool:
