@@ -152,7 +152,9 @@ class Store(RunStore, ExperimentStore, Protocol):
     """A cassette: a `RunStore` and an `ExperimentStore` in one place."""
 
 
-def in_memory(store: Store) -> bool:
-    """Whether `store` lives in this process alone (it has no `location` another process could
-    open): reading it blocks no one, and nothing outside can journal or write it."""
-    return not isinstance(getattr(store, "location", None), str)
+def location_of(store: Store) -> str | None:
+    """Where another process opens `store` again: an SQLite file or a PostgreSQL database
+    (their `location`); None for a store in memory, which lives in this process alone:
+    reading it blocks no one, and nothing outside can journal or write it."""
+    location = getattr(store, "location", None)
+    return location if isinstance(location, str) else None

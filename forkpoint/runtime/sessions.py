@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from forkpoint.cassettes.store import Store, in_memory
+from forkpoint.cassettes.store import Store, location_of
 from forkpoint.doors.ports import Recorder
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
@@ -39,7 +39,7 @@ class Sessions:
 
     def __init__(self, store: Store, config: EngineConfig, recorder: Recorder):
         self._store = store
-        self._inline = in_memory(store)  # loaded at once: no thread to wait on
+        self._inline = location_of(store) is None  # in memory: loaded at once, no thread
         self._config = config
         self._recorder = recorder
         self._sessions: dict[str, asyncio.Future[Session]] = {}
@@ -255,14 +255,13 @@ class Sessions:
         """Register the session under its run id while it loads (on a worker thread, unless
         the store is in memory), so that requests naming it wait for it."""
         if run_id is None:
-            loaded = load() if self._inline else await asyncio.to_thread(load)
-            return self._register(loaded, default)
+            return self._register(await self._loaded(load), default)
         future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
         self._sessions[run_id] = future
         if default:
             self.default_id = run_id
         try:
-            session = load() if self._inline else await asyncio.to_thread(load)
+            session = await self._loaded(load)
         except BaseException as error:
             del self._sessions[run_id]
             if self.default_id == run_id:
@@ -272,6 +271,9 @@ class Sessions:
             raise
         future.set_result(session)
         return session
+
+    async def _loaded(self, load: Callable[[], Session]) -> Session:
+        return load() if self._inline else await asyncio.to_thread(load)
 
     def _register(self, session: Session, default: bool) -> Session:
         future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from forkpoint.cassettes.store import Store, in_memory
+from forkpoint.cassettes.store import Store, location_of
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.runtime.recording.child import HEADER, HELD, frame
 from forkpoint.runtime.recording.journal import Entry, Journal, journal_dir
@@ -54,9 +54,9 @@ def recorder_for(store: Store, match: MatchConfig) -> Recorder:
     the match settings cannot reach another process (a lambda among the normalizers). Both
     journal what they are given where a later process finds it. A store in memory needs no
     journal and is written on the loop."""
-    directory = journal_dir(store)
-    if in_memory(store):  # nothing to journal, nothing to wait for
+    if location_of(store) is None:  # in memory: nothing to journal, nothing to wait for
         return LoopRecorder(store, match=match)
+    directory = journal_dir(store)
     journal = None
     if directory is not None:
         try:
@@ -65,20 +65,13 @@ def recorder_for(store: Store, match: MatchConfig) -> Recorder:
             log.error("forkpoint: cannot keep a journal in %s (%s): exchanges are held in "
                       "memory until committed", directory, error)  # fmt: skip
     inner: AdaptiveRecorder | ThreadRecorder
-    if _location(store) is not None and _portable(match):
+    if _portable(match):
         inner = AdaptiveRecorder(store, match, journal=journal)
     else:
         inner = ThreadRecorder(store, match=match, journal=journal)
     if journal is None:
         return inner
     return Journaled(inner, journal, store, match)
-
-
-def _location(store: Store) -> str | None:
-    """Where a writer process opens `store` again: an SQLite file or a PostgreSQL database
-    (their `location`); None for a store in memory."""
-    location = getattr(store, "location", None)
-    return location if isinstance(location, str) else None
 
 
 def _portable(match: MatchConfig) -> bool:
@@ -165,7 +158,7 @@ class ProcessRecorder:
         self._store = store
         self._match = match
         self._journal = journal
-        location = _location(store)
+        location = location_of(store)
         if location is None:
             raise TypeError("a writer process opens its store again: an SQLite file or a database")
         self._setup = pickle.dumps((location, sys.path, pickle.dumps(match)))
