@@ -19,8 +19,8 @@ from forkpoint.engine.fields import json_inside
 
 CONTEXT = 40  # characters of context either side of a differing part
 SHOWN = 500  # characters of a value that is only on one side, before "… (N more)"
-# Levels walked; a value nested deeper counts as one difference, neither walked nor compared
-# (`==` recurses as deep), so a body of a thousand levels is reported, not a RecursionError.
+# Levels walked; past them two values are compared whole and, if they differ, count as one
+# difference, so a body of a thousand levels is reported, not a RecursionError.
 WALK_DEPTH = 100
 _ABSENT = object()
 
@@ -78,7 +78,12 @@ def nearest(got: Any, candidates: Sequence[tuple[int, Any]]) -> tuple[int, Any] 
 def _differences(a: Any, b: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any, Any]]:
     """(path, recorded, got) of each leaf that differs; an absent side is `_ABSENT`."""
     if depth >= WALK_DEPTH and isinstance(a, dict | list) and isinstance(b, dict | list):
-        yield path, a, b
+        try:
+            same = a == b
+        except RecursionError:  # deeper than even `==` goes: taken as differing
+            same = False
+        if not same:
+            yield path, a, b
         return
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):

@@ -23,6 +23,7 @@ def test_two_deep_bodies_are_walked_to_a_depth_and_differ_there():
     got = orjson.loads(b"[" * 1000 + b"2" + b"]" * 1000)
     [line] = json_diff(recorded, got)
     assert line.startswith("$" + "[0]" * 100 + ": ") and "too deep to show" in line
+    assert json_diff(recorded, orjson.loads(b"[" * 1000 + b"1" + b"]" * 1000)) == []  # the same
 
 
 def test_shallow_bodies_are_shown_as_before():
