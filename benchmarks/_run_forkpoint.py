@@ -17,7 +17,7 @@ import os
 
 from forkpoint.api import Options, engine_config
 from forkpoint.cassettes.open import open_store
-from forkpoint.runtime import loops
+from forkpoint.runtime import collector, loops
 from forkpoint.runtime.loop_thread import until_stopped
 from forkpoint.runtime.proxy import Proxy
 
@@ -51,6 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.mode == "record" and not args.upstream:
         parser.error("--mode record needs --upstream")
+    collector.tune()  # as a forkpoint command's process is (forkpoint.cli)
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()

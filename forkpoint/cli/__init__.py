@@ -11,6 +11,8 @@ import importlib
 
 import click
 
+from forkpoint.runtime import collector
+
 __all__ = ["main"]
 
 # command name -> (module under forkpoint.cli, the click command's name in it), in help order
@@ -51,3 +53,4 @@ class _Commands(click.Group):
 @click.version_option(package_name="forkpoint")
 def main() -> None:
     """A save button for AI agents: record, replay, fork and diff runs through a proxy."""
+    collector.tune()
