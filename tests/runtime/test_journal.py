@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from forkpoint.cassettes.memory import MemoryStore
@@ -154,3 +155,32 @@ def test_a_lock_still_being_made_is_no_orphan_and_a_merge_leaves_it(store, monke
     journal.entry(Run("r1"))
     died(journal)
     assert merge_orphans(store, MatchConfig()) == 0 and not list(directory.iterdir())
+
+
+def test_a_dead_process_journal_holding_what_the_store_refuses_is_kept_for_the_next_merge(
+    store, monkeypatch, caplog
+):
+    journal = Journal(journal_dir(store))
+    journal.entry(Run("r1"))
+    for step in range(3):
+        journal.entry(exchange(run_id="r1", step=step))
+    [segment] = journal.segments
+    died(journal)
+    add_exchanges = store.add_exchanges
+
+    def refusing_step_1(exchanges: Iterable[Exchange]) -> None:
+        exchanges = list(exchanges)
+        if any(e.step == 1 for e in exchanges):
+            raise ValueError("step 1 is refused")
+        add_exchanges(exchanges)
+
+    monkeypatch.setattr(store, "add_exchanges", refusing_step_1)
+    assert merge_orphans(store, MatchConfig()) == 2
+    assert [e.step for e in store.exchanges("r1")] == [0, 2]
+    assert segment.path.exists()  # the refused one is still in it, for the next merge
+    assert caplog.text.count("ValueError: step 1 is refused") == 1
+    assert not any(record.exc_info for record in caplog.records)
+    monkeypatch.undo()
+    assert merge_orphans(store, MatchConfig()) == 1
+    assert [e.step for e in store.exchanges("r1")] == [0, 1, 2]
+    assert not list(journal.directory.iterdir())
