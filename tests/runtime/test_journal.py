@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.models import Blob, Exchange, Piece, Run
-from forkpoint.runtime.recording.journal import Journal, journal_dir, read_items
+from forkpoint.runtime.recording.journal import PARTIAL_AGE, Journal, journal_dir, read_items
 from forkpoint.runtime.recording.journaled import held_exchanges, merge_orphans
 from tests.builders import exchange
 
@@ -184,3 +185,26 @@ def test_a_dead_process_journal_holding_what_the_store_refuses_is_kept_for_the_n
     assert merge_orphans(store, MatchConfig()) == 1
     assert [e.step for e in store.exchanges("r1")] == [0, 1, 2]
     assert not list(journal.directory.iterdir())
+
+
+def test_a_partial_lock_left_by_a_process_killed_making_it_is_removed_once_provably_dead(store):
+    # Killed between making `.BASE.lock` and renaming it, a process left the dot file, which
+    # mergers skip (see above): it stayed forever. Unlocked and old, it is nobody's.
+    directory = journal_dir(store)
+    assert directory is not None
+    directory.mkdir()
+    long_ago = time.time() - 2 * PARTIAL_AGE
+    dead, young, held = (directory / f".{n:x}-{n}.lock" for n in (1, 2, 3))
+    for partial in (dead, young, held):
+        partial.touch()
+    for partial in (dead, held):
+        os.utime(partial, (long_ago, long_ago))
+    holder = os.open(held, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # its maker, alive, about to rename it
+    try:
+        assert merge_orphans(store, MatchConfig()) == 0
+        assert not dead.exists()
+        assert young.exists()  # unlocked, but just made: its maker may be about to lock it
+        assert held.exists()
+    finally:
+        os.close(holder)

@@ -11,7 +11,9 @@ writes its own `BASE-N.journal` segments under a lock file `BASE.lock` it holds 
 it lives (its writer process inherits it); a lock nobody holds is an orphan's, and
 `merge_orphans` (run by every proxy as it starts and stops) commits what its segments hold that
 the store lacks, then deletes them. Merging is idempotent: what the store holds is skipped,
-never rewritten.
+never rewritten. A lock is made as `.BASE.lock`, locked, then renamed: mergers skip dot names,
+and delete one unlocked and older than PARTIAL_AGE, which a process killed while making it
+left.
 
 Frames are an 8-byte big-endian length and a pickle of one `Run`, `Exchange`, `Snapshot` or
 `Blob` (a piece of a body too large to hold, journaled before the bytes after it reach the
@@ -45,6 +47,9 @@ HEADER = struct.Struct("!Q")
 # closed from QUIET_BYTES, so a journal stays small while the writer keeps up.
 SEGMENT_BYTES = 32 << 20
 QUIET_BYTES = 1 << 20
+# A partial lock (`.BASE.lock`) unlocked and older than this was left by a process killed while
+# making its journal (s): a live maker locks it microseconds after opening it.
+PARTIAL_AGE = 60.0
 
 
 def journal_dir(store: Store) -> Path | None:
@@ -265,9 +270,11 @@ def orphans(directory: Path | None) -> Iterator[tuple[Path, list[Path]]]:
         return
     for lock in sorted(directory.glob("*.lock")):
         if lock.name.startswith("."):
-            # a live process's lock still being made (pathlib's glob matches dot names): found
+            # a lock still being made (pathlib's glob matches dot names) is no orphan: found
             # unlocked in the moment before its maker locks it, it would be taken for a dead
-            # process's and deleted, and its maker would run with no journal
+            # process's and deleted, and its maker would run with no journal; one whose maker
+            # was killed in that moment goes once that is proven
+            _remove_if_dead(lock)
             continue
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
@@ -283,6 +290,25 @@ def orphans(directory: Path | None) -> Iterator[tuple[Path, list[Path]]]:
             yield lock, segments_of(lock)
         finally:
             os.close(fd)
+
+
+def _remove_if_dead(partial: Path) -> None:
+    """Delete `partial`, a lock still under its dot name, if its maker was killed making it:
+    unlocked and older than PARTIAL_AGE, it has no maker between opening and locking it. Deleted
+    under the lock, so no maker takes it meanwhile. No segment has its name yet."""
+    try:
+        fd = os.open(partial, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # its maker is alive, about to rename it
+        if time.time() - os.fstat(fd).st_mtime > PARTIAL_AGE:
+            partial.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def segments_of(lock: Path) -> list[Path]:
