@@ -34,6 +34,7 @@ from forkpoint.runtime.recording.process import (
     recorder_for,
 )
 from forkpoint.runtime.recording.recorder import LoopRecorder, Recorder, ThreadRecorder
+from forkpoint.runtime.recording.writer import Item
 from tests.builders import exchange as build
 from tests.pg import postgres_url as postgres_url  # the fixture
 
@@ -62,7 +63,7 @@ class Running:
         self._thread = LoopThread("recorder-test")
         self._thread.call(recorder.start())
 
-    def submit(self, *items: Exchange | Snapshot | Blob) -> None:
+    def submit(self, *items: Item) -> None:
         async def submit_all() -> None:
             for item in items:
                 self.recorder.submit(item)
@@ -459,3 +460,45 @@ def test_what_the_store_refuses_the_writer_process_is_held_in_the_journal(
     assert held_exchanges(store)[0] == {"r1": 1}  # its journal file outlives the proxy
     assert "OverflowError" in caplog.text and no_traceback(caplog)
     assert "Traceback" not in capfd.readouterr().err  # the writer process's log
+
+
+class RefusingRun(SqliteStore):
+    """A cassette that refuses to create one run with an error not its being unavailable."""
+
+    refuse: str | None = None
+
+    def create_run(self, run: Run) -> None:
+        if run.id == self.refuse:
+            raise ValueError(f"run {run.id} is refused")
+        super().create_run(run)
+
+
+def test_the_items_of_a_run_the_store_refuses_wait_with_it_and_hold_up_no_other_run(
+    cassette, run, caplog
+):
+    """Its exchanges found no run, which reads as a store taking no writes: every run's
+    exchanges were held behind them, and retried in vain for as long as the run was refused."""
+    store = RefusingRun(cassette)
+    store.refuse = "r2"
+    store.create_run(Run("r1"))
+    running = run(recorder_for(store, MatchConfig()))
+    with caplog.at_level(logging.WARNING):
+        running.submit(Run("r2"))
+        running.submit(*(exchange(run_id, step) for step in range(3) for run_id in ("r1", "r2")))
+        running.submit(Snapshot("r2", 2, "agent", "application/json", b"{}"))
+        assert running.flush(10)
+        running.submit(exchange("r1", 3))
+        assert running.flush(10)
+        assert [e.step for e in store.exchanges("r1")] == [0, 1, 2, 3]
+        assert held_exchanges(store)[0] == {"r2": 3}
+        store.refuse = None
+        deadline = time.monotonic() + 10
+        while store.step_count("r2") < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the retry's backoff
+        running.stop()
+    assert [e.step for e in store.exchanges("r2")] == [0, 1, 2]
+    assert [s.step for s in store.snapshots("r2")] == [2]
+    assert "takes no writes" not in caplog.text
+    assert caplog.text.count("ValueError: run r2 is refused") == 1 and no_traceback(caplog)
+    assert held_exchanges(store)[0] == {}
+    store.close()

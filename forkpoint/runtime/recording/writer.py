@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.derive import derive
@@ -30,6 +30,7 @@ from forkpoint.models import Blob, Exchange, Run, Snapshot
 log = logging.getLogger(__name__)
 
 Item = Exchange | Snapshot | Run | Blob
+Recorded = TypeVar("Recorded", Exchange, Snapshot)  # an item of a run
 # Pieces per transaction when merging a journal (each up to a few MiB).
 PIECE_BATCH = 8
 # Exchanges per transaction when merging a journal.
@@ -61,6 +62,7 @@ class CassetteWriter:
         self.match = match
         self.kept = kept
         self._logged: set[str] = set()  # kinds of trouble logged already
+        self._unmade: set[str] = set()  # runs the store refused to create
 
     def write(self, batch: Sequence[Item]) -> list[Item]:
         """Commit `batch`: its new runs, its pieces (before the exchanges that name them), its
@@ -70,16 +72,22 @@ class CassetteWriter:
         again whole (what was committed of it is skipped)."""
         refused: list[Item] = []
         for run in (item for item in batch if isinstance(item, Run)):
-            if not self._stored(f"run {run.id}", functools.partial(self.store.create_run, run)):
+            if self._stored(f"run {run.id}", functools.partial(self.store.create_run, run)):
+                self._unmade.discard(run.id)
+            else:
+                self._unmade.add(run.id)
                 refused.append(run)
         pieces = [item for item in batch if isinstance(item, Blob)]
         what = f"{len(pieces)} pieces of a body"
         if pieces and not self._stored(what, functools.partial(self.store.add_pieces, pieces)):
             refused += pieces
-        exchanges = [item for item in batch if isinstance(item, Exchange)]
+        exchanges, waiting = self._by_run([item for item in batch if isinstance(item, Exchange)])
+        refused += waiting
         if exchanges:
             refused += self._write_exchanges(exchanges)
-        for snapshot in (item for item in batch if isinstance(item, Snapshot)):
+        snapshots, waiting = self._by_run([item for item in batch if isinstance(item, Snapshot)])
+        refused += waiting
+        for snapshot in snapshots:
             what = f"the {snapshot.adapter} snapshot of run {snapshot.run_id} step {snapshot.step}"
             if not self._stored(what, functools.partial(self.store.add_snapshot, snapshot)):
                 refused.append(snapshot)
@@ -114,6 +122,15 @@ class CassetteWriter:
         refused += self.write(snapshots)
         added = len(new) - sum(isinstance(item, Exchange) for item in refused)
         return Merged(added, len(refused))
+
+    def _by_run(self, items: list[Recorded]) -> tuple[list[Recorded], list[Item]]:
+        """`items` whose run the store made, and those whose run it refused to create: these
+        are refused with it, untried (they would find no run, which reads as a store taking no
+        writes, and hold up every other run)."""
+        if not self._unmade:
+            return items, []
+        waiting: list[Item] = [item for item in items if item.run_id in self._unmade]
+        return [item for item in items if item.run_id not in self._unmade], waiting
 
     def _write_exchanges(self, exchanges: list[Exchange]) -> list[Item]:
         for exchange in exchanges:
