@@ -170,7 +170,7 @@ class ThreadRecorder:
 
     async def stop(self) -> None:
         # Everything is committed, or held in the journal; waiting longer for a store that
-        # takes no writes would only keep Ctrl-C waiting.
+        # takes no writes, or for an item it refuses, would only keep Ctrl-C waiting.
         while not await asyncio.to_thread(self.flush, 0.5):
             if (self._held or self._kept) and self._queue.empty():
                 break
@@ -217,6 +217,7 @@ class ThreadRecorder:
                 self._retry_at = time.monotonic() + self._retry_in
 
     def _hold(self, entries: list[Entry]) -> None:
+        """Keep `entries` the store did not take: in the journal, else in memory."""
         journaled = 0
         for entry in entries:
             if entry.segment is None or self._journal is None:
@@ -288,6 +289,7 @@ class ThreadRecorder:
         return len(self._kept)
 
     def _merge(self, path: Path) -> int:
+        """Write a held journal file's items again; returns how many the store refused."""
         return self._writer.merge(read_items(path)).refused
 
     def _back_off(self, most: float) -> None:

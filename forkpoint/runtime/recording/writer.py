@@ -78,9 +78,10 @@ class CassetteWriter:
                 self._unmade.add(run.id)
                 refused.append(run)
         pieces = [item for item in batch if isinstance(item, Blob)]
-        what = f"{len(pieces)} pieces of a body"
-        if pieces and not self._stored(what, functools.partial(self.store.add_pieces, pieces)):
-            refused += pieces
+        if pieces:
+            add = functools.partial(self.store.add_pieces, pieces)
+            if not self._stored(f"{len(pieces)} pieces of a body", add):
+                refused += pieces
         exchanges, waiting = self._by_run([item for item in batch if isinstance(item, Exchange)])
         refused += waiting
         if exchanges:
@@ -159,8 +160,8 @@ class CassetteWriter:
             raise Unavailable(str(error)) from error
         except Exception as error:  # a value the store cannot take, or a bug: kept, not lost
             if self.kept is not None:
-                name = type(error).__name__
-                message = f"could not write {what} ({name}: {error}): {self.kept} (said once)"
+                name, said = type(error).__name__, " ".join(str(error).split())  # one line
+                message = f"could not write {what} ({name}: {said}): {self.kept} (said once)"
                 self._log_once(f"refused {name}", message, logging.ERROR)
             return False
         return True
