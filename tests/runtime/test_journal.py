@@ -208,3 +208,15 @@ def test_a_partial_lock_left_by_a_process_killed_making_it_is_removed_once_prova
         assert held.exists()
     finally:
         os.close(holder)
+
+
+def test_a_rewrite_of_held_items_releases_no_more_than_it_can_tell_were_written(store):
+    """A held file's rewrite reads items not held yet too (still on their way to the writer),
+    and the store's refusal does not say which: the file outlives every refused one."""
+    journal = Journal(journal_dir(store))
+    held, coming = (journal.entry(exchange(run_id="r1", step=step)) for step in range(2))
+    journal.hold(held.segment)
+    # as if `held` were refused again and `coming` written
+    assert journal.rewrite_held(lambda path: 1) == 1
+    journal.done(coming.segment)  # on its way, found written
+    assert not journal.close()  # kept, for the next merge: `held` is in no store
