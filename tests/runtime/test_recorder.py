@@ -15,7 +15,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.engine.matching import MatchConfig, fingerprint
 from forkpoint.models import Blob, Exchange, Piece, Run, Snapshot
 from forkpoint.runtime.loop_thread import LoopThread
-from forkpoint.runtime.recording.journaled import Journaled, held_exchanges
+from forkpoint.runtime.recording.journaled import Journaled, held_exchanges, merge_orphans
 from forkpoint.runtime.recording.process import (
     PROMOTE_AT,
     AdaptiveRecorder,
@@ -34,6 +34,7 @@ from forkpoint.runtime.recording.process import (
     recorder_for,
 )
 from forkpoint.runtime.recording.recorder import LoopRecorder, Recorder, ThreadRecorder
+from forkpoint.runtime.recording.writer import Item
 from tests.builders import exchange as build
 from tests.pg import postgres_url as postgres_url  # the fixture
 
@@ -62,7 +63,7 @@ class Running:
         self._thread = LoopThread("recorder-test")
         self._thread.call(recorder.start())
 
-    def submit(self, *items: Exchange | Snapshot | Blob) -> None:
+    def submit(self, *items: Item) -> None:
         async def submit_all() -> None:
             for item in items:
                 self.recorder.submit(item)
@@ -366,3 +367,138 @@ def test_a_store_in_memory_is_written_on_the_loop_with_no_thread_once_the_answer
     assert [e.step for e in loaded] == [0, 1]
     assert loaded[0].summary is not None and loaded[0].summary.model == "gpt-4o"
     assert [store.piece(piece) for piece in loaded[1].pieces] == parts
+
+
+class Refusing(SqliteStore):
+    """A cassette that refuses one step with an error that is not its being unavailable (a bug,
+    a value it cannot take), and counts the tries."""
+
+    refuse: int | None = None
+    tries = 0
+
+    def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
+        exchanges = list(exchanges)
+        if any(e.step == self.refuse for e in exchanges):
+            self.tries += 1
+            raise ValueError(f"step {self.refuse} is refused")
+        super().add_exchanges(exchanges)
+
+
+def no_traceback(caplog: pytest.LogCaptureFixture) -> bool:
+    return "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+
+
+def test_an_exchange_the_store_refuses_stays_in_the_journal_and_goes_in_once_it_can(
+    cassette, run, caplog
+):
+    """A refusal skipped the exchange: its journal entry was marked done and deleted, so an
+    answer the agent had was in neither the store nor the journal, and a traceback was logged."""
+    store = Refusing(cassette)
+    store.refuse = 2
+    store.create_run(Run("r1"))
+    running = run(recorder_for(store, MatchConfig()))
+    with caplog.at_level(logging.WARNING):
+        running.submit(*(exchange("r1", step) for step in range(5)))
+        assert running.flush(10)  # held in the journal: a flush ends
+        running.submit(exchange("r1", 5))
+        assert running.flush(10)  # the writer goes on
+        assert [e.step for e in store.exchanges("r1")] == [0, 1, 3, 4, 5]
+        assert held_exchanges(store)[0] == {"r1": 1}
+        time.sleep(1.5)  # retried, not hot-looped, and said once
+        assert 2 <= store.tries <= 5
+        store.refuse = None
+        deadline = time.monotonic() + 10
+        while store.step_count("r1") < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert [e.step for e in store.exchanges("r1")] == list(range(6))
+    assert caplog.text.count("ValueError: step 2 is refused") == 1
+    assert "journal" in caplog.text and no_traceback(caplog)
+    running.stop()
+    assert held_exchanges(store)[0] == {}
+    assert not list(Path(f"{cassette}.journals").iterdir())
+    store.close()
+
+
+def test_what_the_store_refuses_until_the_proxy_stops_is_merged_by_the_next(cassette, run, caplog):
+    store = Refusing(cassette)
+    store.refuse = 1
+    store.create_run(Run("r1"))
+    running = run(recorder_for(store, MatchConfig()))
+    with caplog.at_level(logging.WARNING):
+        running.submit(*(exchange("r1", step) for step in range(3)))
+        assert running.flush(10)
+        running.stop()
+    assert [e.step for e in store.exchanges("r1")] == [0, 2]
+    assert held_exchanges(store)[0] == {"r1": 1}  # the journal file outlives the proxy
+    assert no_traceback(caplog)
+    store.refuse = None
+    assert merge_orphans(store, MatchConfig()) == 1
+    assert [e.step for e in store.exchanges("r1")] == [0, 1, 2]
+    assert not list(Path(f"{cassette}.journals").iterdir())
+    store.close()
+
+
+def test_what_the_store_refuses_the_writer_process_is_held_in_the_journal(
+    store, run, caplog, capfd
+):
+    store.create_run(Run("r1"))
+    running = run(recorder_for(store, MatchConfig()))
+    recorder = running.recorder
+    assert isinstance(recorder, Journaled) and isinstance(recorder.inner, AdaptiveRecorder)
+    running.submit(*(exchange("r1", step) for step in range(PROMOTE_AT)))  # a burst
+    assert running.flush(10) and recorder.inner.process is not None
+    poison = exchange("r1", PROMOTE_AT)
+    poison.status = 2**70  # more than SQLite's integers hold: refused, every time
+    with caplog.at_level(logging.WARNING):
+        running.submit(poison, exchange("r1", PROMOTE_AT + 1))
+        assert running.flush(10)
+        running.submit(exchange("r1", PROMOTE_AT + 2))
+        assert running.flush(10)
+        running.stop()
+    steps = [e.step for e in store.exchanges("r1")]
+    assert steps == [*range(PROMOTE_AT), PROMOTE_AT + 1, PROMOTE_AT + 2]
+    assert held_exchanges(store)[0] == {"r1": 1}  # its journal file outlives the proxy
+    assert "OverflowError" in caplog.text and no_traceback(caplog)
+    assert "Traceback" not in capfd.readouterr().err  # the writer process's log
+
+
+class RefusingRun(SqliteStore):
+    """A cassette that refuses to create one run with an error not its being unavailable."""
+
+    refuse: str | None = None
+
+    def create_run(self, run: Run) -> None:
+        if run.id == self.refuse:
+            raise ValueError(f"run {run.id} is refused")
+        super().create_run(run)
+
+
+def test_the_items_of_a_run_the_store_refuses_wait_with_it_and_hold_up_no_other_run(
+    cassette, run, caplog
+):
+    """Its exchanges found no run, which reads as a store taking no writes: every run's
+    exchanges were held behind them, and retried in vain for as long as the run was refused."""
+    store = RefusingRun(cassette)
+    store.refuse = "r2"
+    store.create_run(Run("r1"))
+    running = run(recorder_for(store, MatchConfig()))
+    with caplog.at_level(logging.WARNING):
+        running.submit(Run("r2"))
+        running.submit(*(exchange(run_id, step) for step in range(3) for run_id in ("r1", "r2")))
+        running.submit(Snapshot("r2", 2, "agent", "application/json", b"{}"))
+        assert running.flush(10)
+        running.submit(exchange("r1", 3))
+        assert running.flush(10)
+        assert [e.step for e in store.exchanges("r1")] == [0, 1, 2, 3]
+        assert held_exchanges(store)[0] == {"r2": 3}
+        store.refuse = None
+        deadline = time.monotonic() + 10
+        while store.step_count("r2") < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the retry's backoff
+        running.stop()
+    assert [e.step for e in store.exchanges("r2")] == [0, 1, 2]
+    assert [s.step for s in store.snapshots("r2")] == [2]
+    assert "takes no writes" not in caplog.text
+    assert caplog.text.count("ValueError: run r2 is refused") == 1 and no_traceback(caplog)
+    assert held_exchanges(store)[0] == {}
+    store.close()

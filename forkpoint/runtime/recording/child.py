@@ -6,7 +6,9 @@ the match settings, each later one a run, an exchange or a snapshot. After commi
 (one or more frames) the child writes its item count as 8 bytes. At end of input (the proxy
 closed it, or died) it commits what it has read and exits, so nothing the proxy handed over is
 lost with it. When the store takes no writes it exits with status HELD, and the proxy writes
-(and holds) from its own process.
+(and holds) from its own process; when the store refuses an item (an error not its being
+unavailable), it writes the rest of the batch and exits with status REFUSED, unacknowledged,
+and the proxy writes the batch again and keeps that item in its journal.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ COMMIT_EVERY = 0.02
 MAX_BATCH = 256
 NICENESS = 10
 HELD = 75  # EX_TEMPFAIL: the store takes no writes now
+REFUSED = 65  # EX_DATAERR: the store refused an item
 
 
 def frame(payload: bytes) -> bytes:
@@ -97,7 +100,7 @@ def main() -> None:
 
     try:
         store = open_store(location, create=False)
-        writer = CassetteWriter(store, pickle.loads(match))
+        writer = CassetteWriter(store, pickle.loads(match), kept=None)  # the proxy says it
     except Exception as error:  # the proxy writes from its own process instead
         sys.exit(f"forkpoint: the cassette writer process cannot start: {error}")
     acks: int | None = sys.stdout.fileno()
@@ -110,12 +113,14 @@ def main() -> None:
             while len(batch) < MAX_BATCH and (more := frames.before(deadline)) is not None:
                 batch.append(pickle.loads(more))
             try:
-                writer.write(batch)
+                refused = writer.write(batch)
             except Unavailable as error:
                 logging.getLogger(__name__).warning(
                     "forkpoint: the cassette takes no writes (%s); the proxy holds them", error
                 )
                 sys.exit(HELD)
+            if refused:  # acknowledged, it would be dropped from the proxy's journal
+                sys.exit(REFUSED)
             committed = time.monotonic()
             if acks is not None:
                 try:

@@ -3,13 +3,17 @@ exchange whose answer reached the agent survives a kill -9 of any forkpoint proc
 
 The event loop pickles an item once, appends it (one `os.write`: durable to the operating
 system, no fsync) and hands the same bytes to the writer; the writer marks it done once it is
-committed, and a file whose items are all done is deleted. Files live where a later process
-finds them for the same store (`journal_dir`): beside a SQLite file, or for PostgreSQL in the
-user's state directory keyed by the database's location. Each process writes its own
-`BASE-N.journal` segments under a lock file `BASE.lock` it holds (flock) while it lives (its
-writer process inherits it); a lock nobody holds is an orphan's, and `merge_orphans` (run by
-every proxy as it starts and stops) commits what its segments hold that the store lacks, then
-deletes them. Merging is idempotent: what the store holds is skipped, never rewritten.
+committed, and a file whose items are all done is deleted; an item the store could not take (it
+takes no writes, or refuses that item) is held, and written again from its file. Files live
+where a later process finds them for the same store (`journal_dir`): beside a SQLite file, or
+for PostgreSQL in the user's state directory keyed by the database's location. Each process
+writes its own `BASE-N.journal` segments under a lock file `BASE.lock` it holds (flock) while
+it lives (its writer process inherits it); a lock nobody holds is an orphan's, and
+`merge_orphans` (run by every proxy as it starts and stops) commits what its segments hold that
+the store lacks, then deletes them. Merging is idempotent: what the store holds is skipped,
+never rewritten. A lock is made as `.BASE.lock`, locked, then renamed: mergers skip dot names,
+and delete one unlocked and older than PARTIAL_AGE, which a process killed while making it
+left.
 
 Frames are an 8-byte big-endian length and a pickle of one `Run`, `Exchange`, `Snapshot` or
 `Blob` (a piece of a body too large to hold, journaled before the bytes after it reach the
@@ -27,7 +31,7 @@ import pickle
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
@@ -43,6 +47,9 @@ HEADER = struct.Struct("!Q")
 # closed from QUIET_BYTES, so a journal stays small while the writer keeps up.
 SEGMENT_BYTES = 32 << 20
 QUIET_BYTES = 1 << 20
+# A partial lock (`.BASE.lock`) unlocked and older than this was left by a process killed while
+# making its journal (s): a live maker locks it microseconds after opening it.
+PARTIAL_AGE = 60.0
 
 
 def journal_dir(store: Store) -> Path | None:
@@ -94,6 +101,7 @@ class Journal:
         self.lock_path = directory / f"{self._base}.lock"
         os.rename(partial, self.lock_path)
         self._mutex = threading.Lock()
+        self._rewriting = threading.Lock()
         self._segments: list[Segment] = []
         self._count = 0
         self._failed = False
@@ -151,6 +159,21 @@ class Journal:
         with self._mutex:
             segment.held -= count
         self.done(segment, count)
+
+    def rewrite_held(self, merge: Callable[[Path], int]) -> int:
+        """Write the held items again from their files: `merge` writes a file's items and
+        returns how many the store refused, which stay held. Returns how many were refused.
+        One caller at a time (a writer thread and its fallback share a journal): two counting
+        the same file's items as written would release them twice, and delete the file under
+        one still refused."""
+        refused = 0
+        with self._rewriting:
+            for segment in self.held_segments():
+                count = segment.held
+                left = merge(segment.path)  # may count items not held yet: fewer released
+                self.release_held(segment, max(count - left, 0))
+                refused += left
+        return refused
 
     def close(self) -> bool:
         """Close the journal: deleted when everything in it is committed, else left for the
@@ -247,9 +270,11 @@ def orphans(directory: Path | None) -> Iterator[tuple[Path, list[Path]]]:
         return
     for lock in sorted(directory.glob("*.lock")):
         if lock.name.startswith("."):
-            # a live process's lock still being made (pathlib's glob matches dot names): found
+            # a lock still being made (pathlib's glob matches dot names) is no orphan: found
             # unlocked in the moment before its maker locks it, it would be taken for a dead
-            # process's and deleted, and its maker would run with no journal
+            # process's and deleted, and its maker would run with no journal; one whose maker
+            # was killed in that moment goes once that is proven
+            _remove_if_dead(lock)
             continue
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
@@ -265,6 +290,25 @@ def orphans(directory: Path | None) -> Iterator[tuple[Path, list[Path]]]:
             yield lock, segments_of(lock)
         finally:
             os.close(fd)
+
+
+def _remove_if_dead(partial: Path) -> None:
+    """Delete `partial`, a lock still under its dot name, if its maker was killed making it:
+    unlocked and older than PARTIAL_AGE, it has no maker between opening and locking it. Deleted
+    under the lock, so no maker takes it meanwhile. No segment has its name yet."""
+    try:
+        fd = os.open(partial, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # its maker is alive, about to rename it
+        if time.time() - os.fstat(fd).st_mtime > PARTIAL_AGE:
+            partial.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def segments_of(lock: Path) -> list[Path]:

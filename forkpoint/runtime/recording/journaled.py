@@ -66,18 +66,21 @@ class Journaled:
 
 def merge_orphans(store: Store, match: MatchConfig, *, skip: Path | None = None) -> int:
     """Commit what the journals of dead processes on `store` hold that it lacks, then delete
-    them; returns how many exchanges were added. A store that takes no writes keeps them, and
-    a journal holding records that do not read is kept too (merged as far as it reads)."""
+    them; returns how many exchanges were added. A store that takes no writes keeps them; a
+    journal holding records that do not read, or that the store refuses, is kept too (merged
+    as far as it goes), for the next merge."""
     writer = CassetteWriter(store, match)
     added = 0
     for lock, segments in orphans(journal_dir(store)):
         if lock == skip:
             continue
-        kept = False  # a segment holds records that do not read
+        kept = False  # a segment holds records that do not read, or that the store refused
         try:
             for segment in segments:
                 unread: list[str] = []
-                added += writer.merge(read_items(segment, unread))
+                merged = writer.merge(read_items(segment, unread))
+                added += merged.added
+                kept = kept or merged.refused > 0  # the writer said it
                 if unread:
                     kept = True
                     log.error("forkpoint: %d records of the journal %s do not read (%s): it is "

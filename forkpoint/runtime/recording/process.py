@@ -5,8 +5,9 @@ as much CPU as proxying it, and a writer thread also takes the GIL from the even
 one, a proxy under load served a quarter fewer requests. `ProcessRecorder` sends the child
 (`child`) each item's pickle, the bytes the journal already holds (at most one write per
 LINGER); the child commits and acknowledges. Items stay in memory until acknowledged: if the
-child dies, or finds the store taking no writes, a writer thread in this process commits them
-and every later one, so nothing handed over is lost. `AdaptiveRecorder`, what a proxy on a
+child dies, finds the store taking no writes or meets an item the store refuses, a writer
+thread in this process commits them and every later one (holding in the journal what the
+store refuses), so nothing handed over is lost. `AdaptiveRecorder`, what a proxy on a
 cassette file uses, starts one only under load.
 """
 
@@ -25,7 +26,7 @@ from typing import cast
 
 from forkpoint.cassettes.store import Store, location_of
 from forkpoint.engine.matching import MatchConfig
-from forkpoint.runtime.recording.child import HEADER, HELD, frame
+from forkpoint.runtime.recording.child import HEADER, HELD, REFUSED, frame
 from forkpoint.runtime.recording.journal import Entry, Journal, journal_dir
 from forkpoint.runtime.recording.journaled import Journaled
 from forkpoint.runtime.recording.recorder import (
@@ -242,6 +243,8 @@ class ProcessRecorder:
     def _exited(self, status: int | None) -> None:
         if status == HELD:
             self._fall_back("finds the cassette taking no writes")
+        elif status == REFUSED:
+            self._fall_back("met an item the cassette refuses")
         elif self._unacked or not self._stopping:
             self._fall_back(f"exited with status {status}")
 

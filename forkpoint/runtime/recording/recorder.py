@@ -15,12 +15,13 @@ import queue
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Protocol
 
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.runtime.recording.journal import Entry, Journal, read_items
-from forkpoint.runtime.recording.writer import CassetteWriter, Item, Unavailable
+from forkpoint.runtime.recording.writer import KEPT, CassetteWriter, Item, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,9 @@ _STOP = object()
 LINGER = 0.005
 # While the store takes no writes, how soon the writer tries again, at first and at most (s).
 RETRY_FIRST, RETRY_MAX = 0.5, 5.0
+# An item the store refused is tried again less and less often, at most this far apart (s):
+# such an error seldom passes, and each try reads its journal file again.
+REFUSED_MAX = 60.0
 
 
 class Recorder(Protocol):
@@ -37,8 +41,8 @@ class Recorder(Protocol):
         ...
 
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Wait until everything submitted so far is committed (or held in the journal while
-        the store takes no writes); False on timeout."""
+        """Wait until everything submitted so far is committed (or held in the journal: the
+        store takes no writes, or refused it); False on timeout."""
         ...
 
     async def start(self) -> None: ...
@@ -74,7 +78,7 @@ class LoopRecorder:
     takes the GIL from the agent's next request."""
 
     def __init__(self, store: Store, *, match: MatchConfig = MatchConfig()):
-        self._writer = CassetteWriter(store, match)
+        self._writer = CassetteWriter(store, match, kept="it is not recorded")
         self._progress = Progress()
 
     def submit(self, item: Item) -> None:
@@ -112,6 +116,8 @@ class ThreadRecorder:
 
     While the store takes no writes (`Unavailable`), what arrives is held: left in the
     journal, dropped from memory, and written from the journal's files once a retry succeeds.
+    An item the store refuses is held the same way while the rest goes on being written, and
+    tried again less and less often, up to every REFUSED_MAX.
     """
 
     def __init__(
@@ -123,7 +129,8 @@ class ThreadRecorder:
         progress: Progress | None = None,
         journal: Journal | None = None,
     ):
-        self._writer = CassetteWriter(store, match)
+        kept = KEPT if journal is not None else "it is held in memory and tried again"
+        self._writer = CassetteWriter(store, match, kept=kept)
         self._linger = linger
         self._journal = journal
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -131,7 +138,7 @@ class ThreadRecorder:
         self._held = False
         self._kept: list[Entry] = []  # held with no journal to hold them
         self._retry_in = RETRY_FIRST
-        self._retry_at = 0.0
+        self._retry_at: float | None = None  # when what is held is tried again
         self._thread = threading.Thread(target=self._run, name="forkpoint-recorder", daemon=True)
         self._thread.start()
 
@@ -163,9 +170,9 @@ class ThreadRecorder:
 
     async def stop(self) -> None:
         # Everything is committed, or held in the journal; waiting longer for a store that
-        # takes no writes would only keep Ctrl-C waiting.
+        # takes no writes, or for an item it refuses, would only keep Ctrl-C waiting.
         while not await asyncio.to_thread(self.flush, 0.5):
-            if self._held and self._queue.empty():
+            if (self._held or self._kept) and self._queue.empty():
                 break
         self._queue.put(_STOP)
         await asyncio.to_thread(self._thread.join)
@@ -174,37 +181,55 @@ class ThreadRecorder:
         while True:
             batch = self._next()
             if batch is None:
-                if self._held:
+                if self._retry_at is not None:
                     self._retry()  # one last try; what stays held stays in the journal
                 if self._kept:
                     log.error("forkpoint: %d exchanges could not be written nor journaled: "
                               "they are lost", len(self._kept))  # fmt: skip
                 return
-            if self._held and time.monotonic() >= self._retry_at:
+            if self._retry_at is not None and time.monotonic() >= self._retry_at:
                 self._retry()
             if not self._held:
                 try:
-                    self._writer.write([entry.item for entry in batch])
+                    refused = self._writer.write([entry.item for entry in batch])
                 except Unavailable as error:
                     self._hold_from_now(error)
                 else:
-                    for entry in batch:
-                        if self._journal is not None:
-                            self._journal.done(entry.segment)
-                    self._progress.written(len(batch))
+                    self._written(batch, refused)
                     continue
-            journaled = 0
+            self._hold(batch)
+
+    def _written(self, batch: list[Entry], refused: list[Item]) -> None:
+        """`batch` is committed but for what the store `refused`, which is held."""
+        held: list[Entry] = []
+        if refused:
+            kept = {id(item) for item in refused}
+            held = [entry for entry in batch if id(entry.item) in kept]
+            batch = [entry for entry in batch if id(entry.item) not in kept]
+        if self._journal is not None:
             for entry in batch:
-                if entry.segment is None or self._journal is None:
-                    self._kept.append(entry)  # in memory only: written when a retry succeeds
-                else:
-                    self._journal.hold(entry.segment)
-                    journaled += 1
-            self._progress.written(journaled)  # durable in the journal: a flush may end
+                self._journal.done(entry.segment)
+        self._progress.written(len(batch))
+        if held:
+            self._hold(held)
+            if self._retry_at is None:
+                self._retry_in = RETRY_FIRST
+                self._retry_at = time.monotonic() + self._retry_in
+
+    def _hold(self, entries: list[Entry]) -> None:
+        """Keep `entries` the store did not take: in the journal, else in memory."""
+        journaled = 0
+        for entry in entries:
+            if entry.segment is None or self._journal is None:
+                self._kept.append(entry)  # in memory only: written when a retry succeeds
+            else:
+                self._journal.hold(entry.segment)
+                journaled += 1
+        self._progress.written(journaled)  # durable in the journal: a flush may end
 
     def _next(self) -> list[Entry] | None:
         """The next batch (empty when a retry is due first); None once stopped."""
-        wait = max(self._retry_at - time.monotonic(), 0.0) if self._held else None
+        wait = None if self._retry_at is None else max(self._retry_at - time.monotonic(), 0.0)
         try:
             first = self._queue.get(timeout=wait)
         except queue.Empty:
@@ -236,19 +261,37 @@ class ThreadRecorder:
                   "their exchanges held in %s and retried", error, where)  # fmt: skip
 
     def _retry(self) -> None:
+        """Write what is held again: what only memory holds, then the journal's held files."""
         try:
-            if self._kept:
-                self._writer.write([entry.item for entry in self._kept])
-                self._progress.written(len(self._kept))
-                self._kept.clear()
+            refused = self._rewrite_kept()
             if self._journal is not None:
-                for segment in self._journal.held_segments():
-                    count = segment.held
-                    self._writer.merge(read_items(segment.path))
-                    self._journal.release_held(segment, count)
+                refused += self._journal.rewrite_held(self._merge)
         except Unavailable:
-            self._retry_in = min(self._retry_in * 2, RETRY_MAX)
-            self._retry_at = time.monotonic() + self._retry_in
+            self._back_off(RETRY_MAX)
             return
-        self._held = False
-        log.warning("forkpoint: the cassette takes writes again: every held exchange is in it")
+        if self._held:
+            self._held = False
+            log.warning("forkpoint: the cassette takes writes again%s",
+                        "" if refused else ": every held exchange is in it")  # fmt: skip
+        if refused:
+            self._back_off(REFUSED_MAX)
+        else:
+            self._retry_at = None
+
+    def _rewrite_kept(self) -> int:
+        """Write what only memory holds; returns how much the store refused again."""
+        if not self._kept:
+            return 0
+        refused = {id(item) for item in self._writer.write([e.item for e in self._kept])}
+        written = [entry for entry in self._kept if id(entry.item) not in refused]
+        self._kept = [entry for entry in self._kept if id(entry.item) in refused]
+        self._progress.written(len(written))
+        return len(self._kept)
+
+    def _merge(self, path: Path) -> int:
+        """Write a held journal file's items again; returns how many the store refused."""
+        return self._writer.merge(read_items(path)).refused
+
+    def _back_off(self, most: float) -> None:
+        self._retry_in = min(self._retry_in * 2, most)
+        self._retry_at = time.monotonic() + self._retry_in

@@ -5,18 +5,21 @@ Everything the live path leaves for later happens here: creating runs, summarizi
 (decompression, SSE parsing), fingerprinting, hashing and compressing blobs, one transaction
 per batch. It imports no asyncio or aiohttp, so the writer process starts quickly.
 
-A writer never dies of one item: an exchange it cannot read is recorded as its bytes (see
-`engine.derive`), one the store refuses is logged and skipped. A store that cannot take writes
-at all (locked past its busy timeout, a full disk, a database away) raises `Unavailable`: the
-caller holds the batch in its journal and retries. Writing is idempotent: what the store holds
-already (a run id, a step) is skipped, never rewritten.
+A writer never dies of one item, nor drops one: an exchange it cannot read is recorded as its
+bytes (see `engine.derive`); one the store refuses with an error that is no `CassetteError` (a
+value it cannot take, a bug) is left out of the commit, logged in one line, and handed back:
+the caller keeps it in its journal, and a later try or the next merge writes it. A store that
+cannot take writes at all (locked past its busy timeout, a full disk, a database away) raises
+`Unavailable`: the caller holds the batch in its journal and retries. Writing is idempotent:
+what the store holds already (a run id, a step) is skipped, never rewritten.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple, TypeVar
 
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.derive import derive
@@ -27,40 +30,72 @@ from forkpoint.models import Blob, Exchange, Run, Snapshot
 log = logging.getLogger(__name__)
 
 Item = Exchange | Snapshot | Run | Blob
+Recorded = TypeVar("Recorded", Exchange, Snapshot)  # an item of a run
 # Pieces per transaction when merging a journal (each up to a few MiB).
 PIECE_BATCH = 8
 # Exchanges per transaction when merging a journal.
 MERGE_BATCH = 256
+# What becomes of an item the store refuses, as the log says it.
+KEPT = "it stays in the journal and is tried again"
 
 
 class Unavailable(Exception):
     """The store cannot take writes now; what was not written is to be retried."""
 
 
+class Merged(NamedTuple):
+    """What a merge wrote: the exchanges added, and how many items the store refused."""
+
+    added: int
+    refused: int
+
+
 class CassetteWriter:
-    def __init__(self, store: Store, match: MatchConfig = MatchConfig()):
+    """Writes items to `store`. `kept` says what becomes of an item the store refuses, in the
+    one line logged for each kind of refusal; None logs nothing (the writer process, whose
+    proxy writes the item again and says it)."""
+
+    def __init__(
+        self, store: Store, match: MatchConfig = MatchConfig(), *, kept: str | None = KEPT
+    ):
         self.store = store
         self.match = match
-        self._refused: set[str] = set()  # kinds of refusal logged already
+        self.kept = kept
+        self._logged: set[str] = set()  # kinds of trouble logged already
+        self._unmade: set[str] = set()  # runs the store refused to create
 
-    def write(self, batch: Sequence[Item]) -> None:
+    def write(self, batch: Sequence[Item]) -> list[Item]:
         """Commit `batch`: its new runs, its pieces (before the exchanges that name them), its
-        exchanges in one transaction, then each snapshot.
+        exchanges in one transaction, then each snapshot. Returns what the store refused, to
+        be kept and written again; the rest is committed.
         Raises `Unavailable` when the store takes none of it; the batch may then be written
         again whole (what was committed of it is skipped)."""
+        refused: list[Item] = []
         for run in (item for item in batch if isinstance(item, Run)):
-            self._create_run(run)
+            if self._stored(f"run {run.id}", functools.partial(self.store.create_run, run)):
+                self._unmade.discard(run.id)
+            else:
+                self._unmade.add(run.id)
+                refused.append(run)
         pieces = [item for item in batch if isinstance(item, Blob)]
         if pieces:
-            self._write_pieces(pieces)
-        exchanges = [item for item in batch if isinstance(item, Exchange)]
+            add = functools.partial(self.store.add_pieces, pieces)
+            if not self._stored(f"{len(pieces)} pieces of a body", add):
+                refused += pieces
+        exchanges, waiting = self._by_run([item for item in batch if isinstance(item, Exchange)])
+        refused += waiting
         if exchanges:
-            self._write_exchanges(exchanges)
-        for snapshot in (item for item in batch if isinstance(item, Snapshot)):
-            self._write_snapshot(snapshot)
+            refused += self._write_exchanges(exchanges)
+        snapshots, waiting = self._by_run([item for item in batch if isinstance(item, Snapshot)])
+        refused += waiting
+        for snapshot in snapshots:
+            what = f"the {snapshot.adapter} snapshot of run {snapshot.run_id} step {snapshot.step}"
+            if not self._stored(what, functools.partial(self.store.add_snapshot, snapshot)):
+                refused.append(snapshot)
+        return refused
 
-    def merge(self, items: Iterable[Item]) -> int:
-        """Write what of `items` (a journal's) the store lacks; returns how many exchanges.
+    def merge(self, items: Iterable[Item]) -> Merged:
+        """Write what of `items` (a journal's) the store lacks.
         Pieces go first, a few per transaction; one stored already is skipped (a blob)."""
         runs: list[Item] = []
         pieces: list[Item] = []
@@ -73,9 +108,9 @@ class CassetteWriter:
                 pieces.append(item)
             else:
                 (runs if isinstance(item, Run) else snapshots).append(item)
-        self.write(runs)
+        refused = self.write(runs)
         for start in range(0, len(pieces), PIECE_BATCH):
-            self.write(pieces[start : start + PIECE_BATCH])
+            refused += self.write(pieces[start : start + PIECE_BATCH])
         held: dict[str, set[int]] = {}
         for run_id in {run_id for run_id, _ in exchanges}:
             try:
@@ -84,70 +119,59 @@ class CassetteWriter:
                 raise Unavailable(str(error)) from error
         new = [e for (run_id, step), e in exchanges.items() if step not in held[run_id]]
         for start in range(0, len(new), MERGE_BATCH):
-            self.write(new[start : start + MERGE_BATCH])
-        self.write(snapshots)
-        return len(new)
+            refused += self.write(new[start : start + MERGE_BATCH])
+        refused += self.write(snapshots)
+        added = len(new) - sum(isinstance(item, Exchange) for item in refused)
+        return Merged(added, len(refused))
 
-    def _write_exchanges(self, exchanges: list[Exchange]) -> None:
+    def _by_run(self, items: list[Recorded]) -> tuple[list[Recorded], list[Item]]:
+        """`items` whose run the store made, and those whose run it refused to create: these
+        are refused with it, untried (they would find no run, which reads as a store taking no
+        writes, and hold up every other run)."""
+        if not self._unmade:
+            return items, []
+        waiting: list[Item] = [item for item in items if item.run_id in self._unmade]
+        return [item for item in items if item.run_id not in self._unmade], waiting
+
+    def _write_exchanges(self, exchanges: list[Exchange]) -> list[Item]:
         for exchange in exchanges:
             derive(exchange, self.match, fell_back=functools.partial(self._unreadable, exchange))
-        try:
-            self.store.add_exchanges(exchanges)
-            return
-        except AlreadyRecorded:
-            pass  # written before (a journal merged, a batch retried): the rest one by one
-        except CassetteError as error:
-            if len(exchanges) == 1:
-                raise Unavailable(str(error)) from error
-        except Exception as error:  # one exchange must not take its batch down
-            self._log_once(type(error).__name__, "cassette write failed, writing one by one")
+        if len(exchanges) > 1:
+            try:
+                self.store.add_exchanges(exchanges)
+                return []
+            except Exception:  # one exchange must not take its batch down: one by one
+                pass
+        refused: list[Item] = []
         for exchange in exchanges:
-            self._write_one(exchange)
+            one = functools.partial(self.store.add_exchanges, [exchange])
+            if not self._stored(f"run {exchange.run_id} step {exchange.step}", one):
+                refused.append(exchange)
+        return refused
 
-    def _write_one(self, exchange: Exchange) -> None:
+    def _stored(self, what: str, write: Callable[[], None]) -> bool:
+        """Call `write`; False when the store refused it (said once for each kind of error).
+        Raises `Unavailable` when the store takes no writes."""
         try:
-            self.store.add_exchanges([exchange])
+            write()
         except AlreadyRecorded:
-            pass
+            pass  # written before: a journal merged, a batch retried, another proxy first
         except CassetteError as error:
             raise Unavailable(str(error)) from error
-        except Exception:
-            log.exception("forkpoint: could not write run %s step %d; it is skipped",
-                          exchange.run_id, exchange.step)  # fmt: skip
-
-    def _write_pieces(self, pieces: list[Blob]) -> None:
-        try:
-            self.store.add_pieces(pieces)
-        except CassetteError as error:
-            raise Unavailable(str(error)) from error
-        except Exception:
-            log.exception("forkpoint: could not write %d pieces of a body", len(pieces))
-
-    def _create_run(self, run: Run) -> None:
-        try:
-            self.store.create_run(run)
-        except AlreadyRecorded:
-            pass  # another proxy on the same cassette made it first, or a journal merged it
-        except CassetteError as error:
-            raise Unavailable(str(error)) from error
-        except Exception:
-            log.exception("forkpoint: could not create run %s", run.id)
-
-    def _write_snapshot(self, snapshot: Snapshot) -> None:
-        try:
-            self.store.add_snapshot(snapshot)
-        except CassetteError as error:
-            raise Unavailable(str(error)) from error
-        except Exception:
-            log.exception("forkpoint: could not write the snapshot of run %s step %d (%s)",
-                          snapshot.run_id, snapshot.step, snapshot.adapter)  # fmt: skip
+        except Exception as error:  # a value the store cannot take, or a bug: kept, not lost
+            if self.kept is not None:
+                name, said = type(error).__name__, " ".join(str(error).split())  # one line
+                message = f"could not write {what} ({name}: {said}): {self.kept} (said once)"
+                self._log_once(f"refused {name}", message, logging.ERROR)
+            return False
+        return True
 
     def _unreadable(self, exchange: Exchange, what: str) -> None:
         message = (f"run {exchange.run_id} step {exchange.step} is recorded as its bytes: "
                    f"forkpoint could not read {what} (said once)")  # fmt: skip
-        self._log_once("unreadable", message, trace=False)
+        self._log_once("unreadable", message)
 
-    def _log_once(self, kind: str, message: str, *, trace: bool = True) -> None:
-        if kind not in self._refused:
-            self._refused.add(kind)
-            log.warning("forkpoint: %s", message, exc_info=trace)
+    def _log_once(self, kind: str, message: str, level: int = logging.WARNING) -> None:
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.log(level, "forkpoint: %s", message)
