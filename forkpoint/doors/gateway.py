@@ -66,6 +66,7 @@ from forkpoint.engine.lifecycle import (
     Event,
     HangUp,
     Head,
+    Load,
     NoAnswer,
     SendBody,
     SendEnd,
@@ -74,9 +75,11 @@ from forkpoint.engine.lifecycle import (
     Tee,
     Warn,
     answer,
+    serve_plan,
 )
 from forkpoint.engine.mocks import MockRequest
 from forkpoint.engine.pace import Pace
+from forkpoint.engine.session import Session
 from forkpoint.engine.websocket import opens
 from forkpoint.errors import CassetteError, ConfigError, UpstreamError
 from forkpoint.models import Headers, Origin
@@ -97,6 +100,8 @@ SERVER_OPTIONS: dict[str, Any] = {
 }
 # How long an answer that was under way when its agent left may still run (s).
 HANGUP_GRACE = 2.0
+# The largest served body a client's own thread works out whole (`Gateway.served_here`), bytes.
+SERVED_HERE = 1 << 20
 
 
 class Gateway:
@@ -213,7 +218,68 @@ class Gateway:
             log.warning("%s", message)
             return await _refuse(reply, method, route, 503, message, "forkpoint_store")
         ours = Request(method, route, headers, body)
-        action = decide(session, ours, config, step=step)
+        decided = Decided(session, ours, decide(session, ours, config, step=step))
+        await self.respond(decided, reply, config, started=started, web_request=web_request)
+
+    def decided_here(
+        self, incoming: Incoming, config: EngineConfig, run_id: str | None
+    ) -> Decided | None:
+        """A request decided on the calling thread (a client's, in this process), when its
+        session is open, replaying and numbering its own steps: nothing to wait for. None
+        leaves it to `answer`, on the loop."""
+        method, route, headers, body = incoming
+        if len(body) > self.max_body or not self.takes_without_socket(route, headers):
+            return None
+        session = self.sessions.ready(run_id)
+        if session is None or session.live:
+            return None
+        try:
+            check_body(body, header(headers, "content-encoding"))
+        except UndecodableBody:
+            return None
+        ours = Request(method, route, headers, body)
+        return Decided(session, ours, decide(session, ours, config))
+
+    def served_here(
+        self, action: Action, config: EngineConfig, started: float
+    ) -> list[Command] | None:
+        """The tee's commands for the whole answer to `action`, worked out on the calling
+        thread, when it serves a recorded answer with nothing to wait for: no pace, no piece
+        to read, at most SERVED_HERE bytes. None: `respond` carries it out, on the loop."""
+        if not isinstance(action, Serve) or self.pace.factor is not None:
+            return None
+        recorded = action.recorded
+        if recorded.pieces or len(recorded.response_body) > SERVED_HERE:
+            return None
+        tee = self._tee(action, config, started)
+        now = time.perf_counter()
+        commands: list[Command] = []
+        for _, event in serve_plan(recorded):
+            assert not isinstance(event, Load)  # a body with no pieces
+            commands += tee.feed(event, now)
+        return commands
+
+    @staticmethod
+    def _tee(action: Action, config: EngineConfig, started: float) -> Tee:
+        keep = not isinstance(action, Serve) or action.keep
+        # a cassette's answer was masked when recorded: recorded again as served
+        masked = isinstance(action, Serve) and action.record.origin is Origin.REPLAYED
+        return Tee(
+            action.record, started, keep=keep, redaction=config.redaction,
+            limit=config.max_record_body, masked=masked,
+        )  # fmt: skip
+
+    async def respond(
+        self,
+        decided: Decided,
+        reply: Reply,
+        config: EngineConfig,
+        *,
+        started: float,
+        web_request: web.Request | None = None,
+    ) -> None:
+        """Carry out a decided request over `reply`: its action's events through the tee."""
+        session, ours, action = decided
         events = None
         if (
             web_request is not None
@@ -226,13 +292,7 @@ class Gateway:
                 reply.response = opened
                 return None
             events = _listed(opened)  # the upstream refused the websocket: its answer, over HTTP
-        keep = not isinstance(action, Serve) or action.keep
-        # a cassette's answer was masked when recorded: recorded again as served
-        masked = isinstance(action, Serve) and action.record.origin is Origin.REPLAYED
-        tee = Tee(
-            action.record, started, keep=keep, redaction=config.redaction,
-            limit=config.max_record_body, masked=masked,
-        )  # fmt: skip
+        tee = self._tee(action, config, started)
         llm = snapshot_point(action)
         pulls = (
             []
@@ -425,6 +485,14 @@ def _path_of(target: str) -> str:
         return target
     parts = urlsplit(target)
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+class Decided(NamedTuple):
+    """A request and the action decided for it, in its session."""
+
+    session: Session
+    request: Request
+    action: Action
 
 
 class Incoming(NamedTuple):

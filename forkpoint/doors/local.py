@@ -8,6 +8,12 @@ answer crosses back on a line, item by item: the head, as aiohttp would write it
 Server and chunked framing), each body chunk as the tee sends it, then the end or a cut. A
 client that leaves early hangs up as over a socket. The gateway waits while more than
 `WINDOW` bytes are unread, so a large answer is held a window at a time, not whole.
+
+A replayed answer with nothing to wait for (its session open and numbering its own steps, no
+pace, no piece to read) is worked out on the client's own thread, under the lock the loop
+decides under too, and recorded there (`write_here`, for a store in memory): the client then
+waits on no other thread. Handing a request to the loop's thread and the answer back costs
+two wake-ups of a sleeping thread, about a millisecond a call on a shared machine.
 """
 
 from __future__ import annotations
@@ -27,10 +33,20 @@ from aiohttp.helpers import must_be_empty_body, rfc822_formatted_time, should_re
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.web_response import REASON_PHRASES
 
-from forkpoint.doors.gateway import Gateway, Incoming
+from forkpoint.doors.gateway import Decided, Gateway, Incoming
 from forkpoint.engine.config import EngineConfig
 from forkpoint.engine.encoding import header
-from forkpoint.models import Headers
+from forkpoint.engine.lifecycle import (
+    Command,
+    Commit,
+    Drop,
+    SendBody,
+    SendEnd,
+    SendHead,
+    Spill,
+    Warn,
+)
+from forkpoint.models import Blob, Exchange, Headers
 
 __all__ = ["WINDOW", "Answer", "AsyncAnswer", "Cut", "LocalDoor", "Routed", "WireHead"]
 
@@ -69,11 +85,20 @@ class Routed(NamedTuple):
 
 
 class LocalDoor:
-    """Hands requests to `gateway`, which runs on `loop` (another thread's)."""
+    """Hands requests to `gateway`, which runs on `loop` (another thread's). With `write_here`
+    (the recorder's, when it may write from any thread), a replayed answer with nothing to
+    wait for is worked out and recorded on the client's thread."""
 
-    def __init__(self, gateway: Gateway, loop: asyncio.AbstractEventLoop):
+    def __init__(
+        self,
+        gateway: Gateway,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        write_here: Callable[[Exchange | Blob], None] | None = None,
+    ):
         self._gateway = gateway
         self._loop = loop
+        self._write_here = write_here
         self._under_way: dict[Future[None], _Reply] = {}
 
     def close(self) -> None:
@@ -92,27 +117,56 @@ class LocalDoor:
         """Start answering; the client reads the answer on its own thread."""
         line: queue.SimpleQueue[object] = queue.SimpleQueue()
         reply = _Reply(method, headers, line.put, self._loop)
-        return Answer(reply, line, self._start(reply, method, routed, headers, body))
+        return Answer(reply, line, self._answering(reply, method, routed, headers, body))
 
     def send_async(self, method: str, routed: Routed, headers: Headers, body: bytes) -> AsyncAnswer:
         """Start answering; the client reads the answer on its own running loop."""
-        client = asyncio.get_running_loop()
+        client, here = asyncio.get_running_loop(), threading.get_ident()
         line: asyncio.Queue[object] = asyncio.Queue()
 
         def put(item: object) -> None:
-            client.call_soon_threadsafe(line.put_nowait, item)
+            if threading.get_ident() == here:  # answered on the client's own loop
+                line.put_nowait(item)
+            else:
+                client.call_soon_threadsafe(line.put_nowait, item)
 
         reply = _Reply(method, headers, put, self._loop)
-        return AsyncAnswer(reply, line, self._start(reply, method, routed, headers, body))
+        return AsyncAnswer(reply, line, self._answering(reply, method, routed, headers, body))
 
-    def _start(
+    def _answering(
         self, reply: _Reply, method: str, routed: Routed, headers: Headers, body: bytes
     ) -> Future[None]:
+        """The answer under way: worked out here when nothing need wait (a replay from
+        memory), else on the loop, decided here when its session allows."""
         started = time.perf_counter()
-        incoming = Incoming(method, routed.route, headers, body)
-        answering = self._gateway.answer(
-            incoming, reply, routed.config, routed.run_id, started=started
-        )
+        decided = None
+        if self._write_here is not None:
+            incoming = Incoming(method, routed.route, headers, body)
+            decided = self._gateway.decided_here(incoming, routed.config, routed.run_id)
+        if decided is not None:
+            commands = self._gateway.served_here(decided.action, routed.config, started)
+            if commands is not None:
+                return self._carried_out(commands, reply)
+        return self._start(reply, method, routed, headers, body, started, decided)
+
+    def _start(
+        self,
+        reply: _Reply,
+        method: str,
+        routed: Routed,
+        headers: Headers,
+        body: bytes,
+        started: float,
+        decided: Decided | None = None,
+    ) -> Future[None]:
+        answering: Coroutine[Any, Any, None]
+        if decided is None:
+            incoming = Incoming(method, routed.route, headers, body)
+            answering = self._gateway.answer(
+                incoming, reply, routed.config, routed.run_id, started=started
+            )
+        else:  # decided on the client's thread, carried out on the loop
+            answering = self._gateway.respond(decided, reply, routed.config, started=started)
         future = asyncio.run_coroutine_threadsafe(_finished(answering, reply), self._loop)
         self._under_way[future] = reply
         future.add_done_callback(self._ended)
@@ -120,6 +174,29 @@ class LocalDoor:
 
     def _ended(self, future: Future[None]) -> None:
         self._under_way.pop(future, None)
+
+    def _carried_out(self, commands: list[Command], reply: _Reply) -> Future[None]:
+        """Carry out a whole answer's commands here: onto the client's line, and into the
+        record before its last bytes, as the gateway would. Returns it done."""
+        assert self._write_here is not None
+        for command in commands:
+            match command:
+                case SendHead(status, headers):
+                    reply.put_head(status, headers)
+                case SendBody(data):
+                    reply.put_body(data)
+                case SendEnd():
+                    reply.end_now()
+                case Drop():
+                    reply.drop()
+                case Commit(item) | Spill(item):
+                    self._write_here(item)
+                case Warn(message):
+                    log.warning("forkpoint: %s", message)
+        reply.drop()  # after its end, nothing: a client is never left waiting
+        done: Future[None] = Future()
+        done.set_result(None)
+        return done
 
 
 async def _finished(answering: Coroutine[Any, Any, None], reply: _Reply) -> None:
@@ -159,7 +236,20 @@ class _Reply:
         self.gone = False  # the client left; set from its thread
 
     async def head(self, status: int, headers: Headers) -> None:
+        self.put_head(status, headers)
+
+    def put_head(self, status: int, headers: Headers) -> None:
         self._put(wire_head(self._method, status, headers, close=self._close))
+
+    def put_body(self, data: bytes) -> None:
+        """Body bytes put on the line at once (an answer worked out whole, at most a window)."""
+        if data:
+            with self._lock:
+                self._unread += len(data)
+            self._put(data)
+
+    def end_now(self) -> None:
+        self._finish(_END)
 
     async def body(self, data: bytes) -> None:
         if self.gone:
@@ -176,7 +266,7 @@ class _Reply:
                 raise ConnectionResetError("the client closed the answer")
 
     async def end(self) -> None:
-        self._finish(_END)
+        self.end_now()
 
     def drop(self) -> None:
         self._finish(_CUT)

@@ -21,6 +21,11 @@ class Sessions(Protocol):
         id the proxy will not serve."""
         ...
 
+    def ready(self, run_id: str | None) -> Session | None:
+        """The session of a run id when it is open and numbers its own steps, for a caller
+        on any thread that must not wait; None otherwise."""
+        ...
+
     async def allocate(self, session: Session) -> int | None:
         """The step of a request that just arrived, when the store numbers the session's steps
         (other proxies may serve its run too); None when the session numbers its own. Raises

@@ -94,7 +94,13 @@ def decide(
     session: Session, request: Request, config: EngineConfig, *, step: int | None = None
 ) -> Action:
     """What to do with `request`, which takes step `step` (the store allocated it: other
-    proxies serve the run too), or else the session's next step."""
+    proxies serve the run too), or else the session's next step. One at a time per session,
+    from any thread."""
+    with session.deciding:
+        return _decided(session, request, config, step)
+
+
+def _decided(session: Session, request: Request, config: EngineConfig, step: int | None) -> Action:
     if step is None:
         step = session.next_step
     session.next_step = max(session.next_step, step + 1)

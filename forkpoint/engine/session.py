@@ -16,6 +16,7 @@ cut (the agent crashed mid-stream) goes live again. A replay serves it, cut agai
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -47,6 +48,9 @@ class Session:
     _match: MatchConfig | None = None
     _after_fork: Servable | None = None  # a fork's parent from its fork step, on first need
     _append: int = 0  # a resume's next step to write
+    # `decide` holds it: a session is decided on the loop, and on the threads of clients in the
+    # proxy's own process (doors.local)
+    deciding: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def record(cls, run: Run, *, next_step: int = 0) -> Session:

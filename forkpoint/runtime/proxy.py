@@ -29,6 +29,7 @@ from forkpoint.models import RunStatus
 from forkpoint.runtime.intercept import InterceptOptions, require_mitmproxy
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.recording.process import recorder_for
+from forkpoint.runtime.recording.recorder import LoopRecorder
 from forkpoint.runtime.sessions import Sessions
 from forkpoint.runtime.snapshots import Snapshotter
 from forkpoint.runtime.upstream import AiohttpSender, tls_context
@@ -194,8 +195,11 @@ class ProxyThread:
         return self.call(self.proxy.sessions.resume(run, **options))
 
     def local_door(self) -> LocalDoor:
-        """The in-process door to this proxy's gateway, for clients on other threads."""
-        return LocalDoor(self.proxy.gateway, self._thread.loop)
+        """The in-process door to this proxy's gateway, for clients on other threads; a store
+        in memory may be written from theirs."""
+        recorder = self.proxy.recorder
+        write_here = recorder.write_here if isinstance(recorder, LoopRecorder) else None
+        return LocalDoor(self.proxy.gateway, self._thread.loop, write_here=write_here)
 
     def __enter__(self) -> Proxy:
         self.call(self.proxy.start())

@@ -175,6 +175,17 @@ class Sessions:
             raise ConfigError(f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-'")
         return await self._open(run_id, False, lambda: self._shared_run(run_id))
 
+    def ready(self, run_id: str | None) -> Session | None:
+        """The session of a run id when it is open and numbers its own steps: nothing to wait
+        for, from any thread (the in-process door's clients); None otherwise."""
+        key = self.default_id if run_id is None else run_id
+        if key is None or self._alone is not None or key in self._shared:
+            return None
+        opening = self._sessions.get(key)
+        if opening is None or not opening.done() or opening.cancelled():
+            return None
+        return None if opening.exception() is not None else opening.result()
+
     def serve_only(self, session: Session, *names: str) -> None:
         """Serve `session` alone (`serve --replay`: offline for every run): a request naming
         `names` (the replayed run's id, the reference it was given by) gets it; one naming any

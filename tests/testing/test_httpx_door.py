@@ -14,12 +14,17 @@ import asyncio
 import gzip
 import hashlib
 import importlib
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from forkpoint.cassettes.memory import MemoryStore
+from forkpoint.engine.config import EngineConfig, Routes
+from forkpoint.runtime.loop_thread import LoopThread
+from forkpoint.runtime.proxy import ProxyThread
 from forkpoint.testing.httpx_door import MODULES, route
 from tests.raw_server import RawServer
 
@@ -179,11 +184,32 @@ def both_ways(
     return seen
 
 
+@pytest.fixture(params=["sqlite", "memory"])
+def proxies(request, store, start_proxy):  # type: ignore[no-untyped-def]
+    """`start_proxy` and its store: the test's cassette, or a store in memory (the pytest
+    plugin's, whose replays the door answers on the client's own thread)."""
+    if request.param == "sqlite":
+        yield start_proxy, store
+        return
+    memory, threads = MemoryStore(), []
+
+    def start(upstream_url, *, routes=None):  # type: ignore[no-untyped-def]
+        thread = ProxyThread(memory, EngineConfig(routes=Routes.of(upstream_url, routes)))
+        threads.append(thread)
+        thread.__enter__()
+        return thread
+
+    yield start, memory
+    for thread in threads:
+        thread.close()
+
+
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("httpx", CLIENTS, ids=MODULES)
 def test_a_client_sees_and_the_proxy_records_the_same_through_either_door(
-    start_proxy, store, upstream, monkeypatch, httpx, asynchronous
+    proxies, upstream, monkeypatch, httpx, asynchronous
 ):
+    start_proxy, store = proxies
     thread = start_proxy(None, routes={"up": upstream.url})
     runs = {"socket": "run-socket", "in-process": "run-local"}
     seen = both_ways(monkeypatch, thread, runs, httpx, asynchronous=asynchronous)
@@ -200,6 +226,49 @@ def test_a_client_sees_and_the_proxy_records_the_same_through_either_door(
     again = both_ways(monkeypatch, replaying, replays, httpx, asynchronous=asynchronous)
     assert again["in-process"] == again["socket"]
     assert [s.body for s in again["socket"]] == [s.body for s in seen["socket"]]
+    replaying.proxy.recorder.flush(10)
+    assert recorded(store, replays["in-process"]) == recorded(store, replays["socket"])
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("httpx", CLIENTS, ids=MODULES)
+def test_a_replay_in_memory_is_answered_on_the_clients_thread_while_the_loop_is_busy(
+    upstream, monkeypatch, httpx, asynchronous
+):
+    store, loop = MemoryStore(), LoopThread("test-proxy")
+    config = EngineConfig(routes=Routes.of(None, {"up": upstream.url}))
+    cases = ("json", "gzip", "error", "cut")
+    try:
+        recording = ProxyThread(store, config, loop=loop)
+        with recording:
+            source = recording.record().run.id
+            url = f"{recording.proxy.url}/r/{source}/up"
+            seen = [fetch(httpx, f"{url}/{case}", asynchronous=False) for case in cases]
+        replaying = ProxyThread(store, config, loop=loop)
+        with replaying:
+            run = replaying.replay(source).run.id
+            routed(monkeypatch, replaying)
+            busy = threading.Event()
+
+            def hold() -> None:
+                busy.set()
+                time.sleep(2)
+
+            loop.loop.call_soon_threadsafe(hold)
+            assert busy.wait(5)
+            started = time.monotonic()
+            url = f"{replaying.proxy.url}/r/{run}/up"
+            again = [fetch(httpx, f"{url}/{case}", asynchronous=asynchronous) for case in cases]
+            took = time.monotonic() - started
+            monkeypatch.undo()
+    finally:
+        loop.close()
+    assert took < 1, f"the replay waited {took:.2f} s for the proxy's busy loop"
+    assert again == seen
+    replayed = store.exchanges(run)
+    assert [e.origin.value for e in replayed] == ["replayed"] * len(cases)
+    assert [e.response_body for e in replayed] == [e.response_body for e in store.exchanges(source)]
+    assert [e.complete for e in replayed] == [True, True, True, False]
 
 
 @pytest.mark.parametrize("httpx", CLIENTS, ids=MODULES)

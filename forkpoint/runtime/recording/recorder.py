@@ -56,9 +56,14 @@ class Progress:
     """Items submitted and committed, so `flush` can wait for those submitted before it."""
 
     def __init__(self) -> None:
-        self.submitted = 0  # only the event loop's thread adds
+        self.submitted = 0  # only the event loop's thread adds, except through `add`
         self._written = 0
         self._changed = threading.Condition()
+
+    def add(self) -> None:
+        """One item submitted, from any thread."""
+        with self._changed:
+            self.submitted += 1
 
     def written(self, count: int) -> None:
         with self._changed:
@@ -82,13 +87,19 @@ class LoopRecorder:
         self._progress = Progress()
 
     def submit(self, item: Item) -> None:
-        self._progress.submitted += 1
+        self._progress.add()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not on a loop: nothing to wait for
             self._write(item)
             return
         loop.call_soon(self._write, item)
+
+    def write_here(self, item: Item) -> None:
+        """Write `item` now, on the calling thread: a client's, answered there
+        (`doors.local`), whose answer then waits on no loop."""
+        self._progress.add()
+        self._write(item)
 
     def _write(self, item: Item) -> None:
         try:
