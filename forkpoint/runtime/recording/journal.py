@@ -23,6 +23,7 @@ write) is ignored.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import logging
@@ -276,37 +277,37 @@ def orphans(directory: Path | None) -> Iterator[tuple[Path, list[Path]]]:
             # was killed in that moment goes once that is proven
             _remove_if_dead(lock)
             continue
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # alive
-            if not lock.exists():
-                continue  # merged and deleted by another process meanwhile
-            yield lock, segments_of(lock)
-        finally:
-            os.close(fd)
+        with _unheld(lock) as fd:
+            # unheld: its process is gone; gone meanwhile: merged and deleted by another one
+            if fd is not None and lock.exists():
+                yield lock, segments_of(lock)
 
 
 def _remove_if_dead(partial: Path) -> None:
     """Delete `partial`, a lock still under its dot name, if its maker was killed making it:
     unlocked and older than PARTIAL_AGE, it has no maker between opening and locking it. Deleted
     under the lock, so no maker takes it meanwhile. No segment has its name yet."""
+    with _unheld(partial) as fd:  # held: its maker is alive, about to rename it
+        if fd is not None and time.time() - os.fstat(fd).st_mtime > PARTIAL_AGE:
+            partial.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _unheld(lock: Path) -> Iterator[int | None]:
+    """`lock` opened and locked by this process while the block runs; None when another
+    process holds it, or it is gone."""
     try:
-        fd = os.open(partial, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
+        yield None
         return
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return  # its maker is alive, about to rename it
-        if time.time() - os.fstat(fd).st_mtime > PARTIAL_AGE:
-            partial.unlink(missing_ok=True)
+            yield None
+            return
+        yield fd
     finally:
         os.close(fd)
 
