@@ -172,6 +172,18 @@ class Gateway:
         upgrade nor a control endpoint, which answer over aiohttp's own."""
         return not route.startswith(CONTROL_PREFIX) and not is_upgrade(headers)
 
+    def _refusal(self, body: bytes, headers: Headers) -> tuple[int, str, str] | None:
+        """The status, message and error type a request body is refused with: too large, or
+        not what its Content-Encoding says; None for a body the engine may take."""
+        if len(body) > self.max_body:
+            return self._too_large()
+        try:
+            check_body(body, header(headers, "content-encoding"))
+        except UndecodableBody as error:
+            message = f"forkpoint: the request body is not what its Content-Encoding says: {error}"
+            return 400, message, "forkpoint_bad_encoding"
+        return None
+
     def _too_large(self) -> tuple[int, str, str]:
         message = f"forkpoint: request body over the {self.max_body} byte limit (--max-body)"
         return 413, message, "forkpoint_body_too_large"
@@ -190,13 +202,9 @@ class Gateway:
         tee. `web_request` is aiohttp's, which control endpoints and websockets answer over;
         a door without one sends neither (see `takes_without_socket`)."""
         method, route, headers, body = incoming
-        if len(body) > self.max_body:
-            return await _refuse(reply, method, route, *self._too_large())
-        try:
-            check_body(body, header(headers, "content-encoding"))
-        except UndecodableBody as error:
-            message = f"forkpoint: the request body is not what its Content-Encoding says: {error}"
-            return await _refuse(reply, method, route, 400, message, "forkpoint_bad_encoding")
+        refusal = self._refusal(body, headers)
+        if refusal is not None:
+            return await _refuse(reply, method, route, *refusal)
         try:
             session = await self.sessions.get(run_id)
         except ConfigError as error:
@@ -228,14 +236,10 @@ class Gateway:
         session is open, replaying and numbering its own steps: nothing to wait for. None
         leaves it to `answer`, on the loop."""
         method, route, headers, body = incoming
-        if len(body) > self.max_body or not self.takes_without_socket(route, headers):
+        if not self.takes_without_socket(route, headers):
             return None
         session = self.sessions.ready(run_id)
-        if session is None or session.live:
-            return None
-        try:
-            check_body(body, header(headers, "content-encoding"))
-        except UndecodableBody:
+        if session is None or session.live or self._refusal(body, headers) is not None:
             return None
         ours = Request(method, route, headers, body)
         return Decided(session, ours, decide(session, ours, config))

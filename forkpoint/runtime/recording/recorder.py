@@ -87,12 +87,12 @@ class LoopRecorder:
         self._progress = Progress()
 
     def submit(self, item: Item) -> None:
-        self._progress.add()
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not on a loop: nothing to wait for
-            self._write(item)
+            self.write_here(item)
             return
+        self._progress.add()
         loop.call_soon(self._write, item)
 
     def write_here(self, item: Item) -> None:
