@@ -7,18 +7,22 @@ They carry bytes and numbers only, so the engine can be tested with plain data a
 from __future__ import annotations
 
 import operator
+import os
 import time
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
-from ulid import ULID
-
 Headers = tuple[tuple[str, str], ...]
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
 def new_run_id() -> str:
-    """A run id that sorts by creation time (a ULID)."""
-    return str(ULID())
+    """A run id that sorts by creation time: a ULID, 48 bits of milliseconds then 80 random,
+    in Crockford's base32. Made here, not by python-ulid, whose import (it reads its own
+    package metadata) cost every command 20 ms before it could start the agent."""
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10))
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
 
 
 class RunStatus(StrEnum):

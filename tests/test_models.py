@@ -5,6 +5,7 @@ with its default."""
 from __future__ import annotations
 
 import pickle
+import time
 from dataclasses import fields
 
 import pytest
@@ -20,6 +21,7 @@ from forkpoint.models import (
     Summary,
     ToolCall,
     Usage,
+    new_run_id,
 )  # fmt: skip
 
 # Each journaled record's fields, in order, as journals already written hold them: append new
@@ -67,3 +69,23 @@ def test_a_record_reads_back_equal_and_an_older_pickle_gets_the_new_fields_defau
 
     read = pickle.loads(pickle.dumps(Older()))
     assert isinstance(read, Exchange) and read.pieces == () and read.summary == summary
+
+
+def test_a_run_id_is_a_ulid_that_sorts_by_creation_time():
+    """26 Crockford base32 characters: 48 bits of milliseconds since the epoch, then 80 random
+    bits. Ids from the same millisecond differ; ids from later ones sort after."""
+    alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    before = time.time_ns() // 1_000_000
+    made = [new_run_id() for _ in range(1000)]
+    after = time.time_ns() // 1_000_000
+    assert all(len(run_id) == 26 and set(run_id) <= set(alphabet) for run_id in made)
+    assert len(set(made)) == len(made)
+    for run_id in made:
+        value = 0
+        for character in run_id:
+            value = value * 32 + alphabet.index(character)
+        assert value < 2**128 and before <= value >> 80 <= after
+    time.sleep(0.002)
+    assert all(run_id < new_run_id() for run_id in made)
+    randomness = {run_id[10:] for run_id in made}  # the random part: no two alike
+    assert len(randomness) == len(made)
