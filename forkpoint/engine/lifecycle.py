@@ -314,14 +314,17 @@ class Tee:
         record = self.record
         record.duration_ms = at
         record.pieces = tuple(self._cutter.pieces)
-        if self._streamed:  # chunk sizes count the bytes as sent
-            body = b"".join([chunk.data for chunk in self._chunks])
-            record.response_body, record.chunks = body, self._chunks
+        # a token endpoint's answer is a secret too, whole or streamed (an MCP tool's); a
+        # body in pieces (megabytes) is no token's, and its held part alone is no JSON
+        as_is = self._masked or bool(record.pieces)
+        if self._streamed:  # chunks as they came, but for a masked value
+            chunks = self._chunks
+            if not as_is:
+                chunks = self._redaction.chunks(chunks, record.response_headers)
+            record.response_body = b"".join([chunk.data for chunk in chunks])
+            record.chunks = chunks
         else:
             body, self._whole = bytes(self._whole), bytearray()
-            # a token endpoint's answer is a secret too; a body in pieces (megabytes) is no
-            # token's, and its held part alone is no JSON to mask in
-            as_is = self._masked or bool(record.pieces)
             record.response_body = (
                 body if as_is else self._redaction.body(body, record.response_headers)
             )

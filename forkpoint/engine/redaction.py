@@ -24,9 +24,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import orjson
 
 from forkpoint.engine.encoding import UndecodableBody, decode_body, encode_body, header
-from forkpoint.models import Headers
+from forkpoint.models import Chunk, Headers
 
 REDACTED = "[redacted]"
+_MASK = REDACTED.encode()
 _USERINFO = "%5Bredacted%5D"  # the mask, as a URL's userinfo may hold it
 _SECRET_WORDS = frozenset(
     {"token", "secret", "password", "passwd", "apikey", "credential", "credentials",
@@ -141,22 +142,39 @@ class Redaction:
             if not any(hint in lowered for hint in self.hints):
                 return body
             masked = self._form(plain)
-        elif any(pattern.search(lowered) for pattern in self.named):
-            masked = _MEMBER.sub(self._member, plain)
         else:
-            return body
+            masked = _spliced(plain, self._spans(plain, lowered))
         if masked == plain:
             return body
         return encode_body(masked, encoding) if encoding else masked
+
+    def chunks(self, chunks: list[Chunk], headers: Headers) -> list[Chunk]:
+        """A stream's chunks with its secret values masked, each chunk at its time: a value
+        cut across chunks is masked in the chunk where it begins, and a chunk left with
+        nothing is dropped. A compressed stream cannot be cut again where it was: masked,
+        it is kept as one chunk, at the first one's time. Nothing to mask: `chunks` itself."""
+        if not chunks:
+            return chunks
+        body = b"".join([chunk.data for chunk in chunks])
+        if header(headers, "content-encoding"):
+            masked = self.body(body, headers)
+            return chunks if masked is body else [Chunk(chunks[0].offset_ms, masked)]
+        spans = self._spans(body, body.lower())
+        return _recut(chunks, spans) if spans else chunks
 
     def text(self, text: str) -> str:
         """A message with the URLs in it masked (an upstream's error names the URL it failed)."""
         return _URL.sub(lambda match: self.route(match.group(0)), text) if "://" in text else text
 
-    def _member(self, match: re.Match[bytes]) -> bytes:
-        if not self.field(_name(match.group(1))):
-            return match.group(0)
-        return b'"%s"%s"%s"' % (match.group(1), match.group(2), REDACTED.encode())
+    def _spans(self, plain: bytes, lowered: bytes) -> list[tuple[int, int]]:
+        """Where the string values of `plain`'s secret members are, in order."""
+        if not any(pattern.search(lowered) for pattern in self.named):
+            return []
+        return [
+            match.span(3)
+            for match in _MEMBER.finditer(plain)
+            if match.group(3) != _MASK and self.field(_name(match.group(1)))
+        ]
 
     def _form(self, body: bytes) -> bytes:
         try:
@@ -170,6 +188,42 @@ class Redaction:
 
 
 DEFAULT = Redaction()
+
+
+def _spliced(plain: bytes, spans: list[tuple[int, int]]) -> bytes:
+    """`plain` with each span replaced by the mask."""
+    if not spans:
+        return plain
+    parts, cursor = [], 0
+    for begin, end in spans:
+        parts += [plain[cursor:begin], _MASK]
+        cursor = end
+    parts.append(plain[cursor:])
+    return b"".join(parts)
+
+
+def _recut(chunks: list[Chunk], spans: list[tuple[int, int]]) -> list[Chunk]:
+    """`chunks` with each span of their joined bytes replaced by the mask: put where the span
+    begins, the rest of it dropped from the chunks it runs on into."""
+    recut: list[Chunk] = []
+    offset, index = 0, 0  # where the chunk begins in the joined bytes; the first span not done
+    for chunk in chunks:
+        data, end = chunk.data, offset + len(chunk.data)
+        parts, cursor = [], offset
+        while index < len(spans) and spans[index][0] < end:
+            begin, stop = spans[index]
+            if begin >= cursor:  # it begins in this chunk
+                parts += [data[cursor - offset : begin - offset], _MASK]
+            cursor = max(cursor, min(stop, end))
+            if stop > end:
+                break  # it runs on into the next chunk
+            index += 1
+        parts.append(data[cursor - offset :])
+        kept = b"".join(parts)
+        if kept:
+            recut.append(Chunk(chunk.offset_ms, kept))
+        offset = end
+    return recut
 
 
 def _name(raw: bytes) -> str:

@@ -9,7 +9,9 @@ request line, and a divergence report copying body and query secrets into the re
 
 from __future__ import annotations
 
+import asyncio
 import http.client
+import itertools
 import json
 import logging
 from pathlib import Path
@@ -17,9 +19,12 @@ from urllib.parse import urlsplit
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forkpoint import api
 from forkpoint.engine.redaction import Redaction, secret_name
+from forkpoint.models import Chunk
 from forkpoint.runtime.loop_thread import LoopThread
 from tests.runner import invoke
 
@@ -46,6 +51,12 @@ BODY = {
 }
 
 
+STREAMED = [
+    b'data: {"jsonrpc": "2.0", "id": 1, "result": {"session_tok',
+    b'en": "SECRET-s1", "expires_in": 3600}}\n\n',
+]
+
+
 class TokenService:
     """A tool API that answers with a token of its own, and echoes what it got."""
 
@@ -61,8 +72,16 @@ class TokenService:
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
         return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         got = await request.read()
+        if request.path.endswith("/events"):  # an MCP tool's answer over SSE, cut mid-value
+            stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await stream.prepare(request)
+            for part in STREAMED:
+                await stream.write(part)
+                await asyncio.sleep(0.02)
+            await stream.write_eof()
+            return stream
         return web.json_response(
             {"access_token": "SECRET-r1", "got": len(got)},
             headers={"Set-Cookie": "sid=SECRET-r2", "X-Api-Key": "SECRET-r3"},
@@ -220,3 +239,74 @@ def test_a_named_field_is_masked_and_a_numeric_one_is_not():
     assert redaction.body(b'{"session": "s-1", "max_tokens": 5}', ()) == (
         b'{"session": "[redacted]", "max_tokens": 5}'
     )
+
+
+EVENTS = st.lists(
+    st.sampled_from([
+        b'data: {"delta": {"content": "hi"}}\n\n', b'data: {"token": "sk-1", "n": 1}\n\n',
+        b'data: {"client_secret" : "s\\"k-2", "usage": {"total_tokens": 9}}\n\n',
+        b'event: done\ndata: {"api_key": ""}\n\n', b": keep-alive\n\n",
+    ]),
+    min_size=1, max_size=6,
+).map(b"".join)  # fmt: skip
+
+
+@settings(deadline=None)
+@given(EVENTS, st.lists(st.integers(min_value=0, max_value=400), max_size=8))
+def test_a_stream_masked_chunk_by_chunk_reads_as_its_whole_body_masked(body, cuts):
+    """However the stream was cut into chunks, its masked chunks join to the whole body
+    masked, each at the time of a chunk it came from, in order, none empty."""
+    points = sorted({0, *(c % (len(body) + 1) for c in cuts), len(body)})
+    pairs = enumerate(itertools.pairwise(points))
+    chunks = [Chunk(float(i), body[a:b]) for i, (a, b) in pairs]
+    masked = Redaction().chunks(chunks, (("content-type", "text/event-stream"),))
+    assert b"".join(c.data for c in masked) == Redaction().body(body, ())
+    times = [c.offset_ms for c in masked]
+    assert times == sorted(set(times)) and set(times) <= {c.offset_ms for c in chunks}
+    assert all(c.data for c in masked) and b"sk-1" not in b"".join(c.data for c in masked)
+
+
+def test_a_compressed_stream_with_a_secret_is_kept_masked_in_one_chunk():
+    import gzip
+
+    body = gzip.compress(b'data: {"token": "sk-1"}\n\ndata: [DONE]\n\n')
+    chunks = [Chunk(1.0, body[:10]), Chunk(2.0, body[10:])]
+    masked = Redaction().chunks(chunks, (("content-encoding", "gzip"),))
+    assert [c.offset_ms for c in masked] == [1.0]
+    assert gzip.decompress(masked[0].data) == b'data: {"token": "[redacted]"}\n\ndata: [DONE]\n\n'
+    plain = [Chunk(1.0, b'data: {"n": 1}\n\n')]
+    assert Redaction().chunks(plain, ()) is plain
+
+
+def test_a_secret_streamed_over_sse_reaches_the_agent_but_not_the_cassette(store, tokens):
+    from forkpoint.api.options import Options, engine_config
+    from forkpoint.runtime.proxy import ProxyThread
+
+    recording = ProxyThread(store, engine_config(Options(routes={"tools": tokens.url}), live=True))
+    recording.__enter__()
+    run = recording.record(name="streamed").run
+    got = stream_from(recording.proxy.url, "/tools/mcp/events")
+    recording.close()
+    assert got == b"".join(STREAMED)  # the agent gets the token it asked for
+    [recorded] = store.exchanges(run.id)
+    assert b"SECRET" not in recorded.response_body and recorded.chunks is not None
+    assert b"SECRET" not in b"".join(c.data for c in recorded.chunks)
+    assert b'"expires_in": 3600' in recorded.response_body
+    replaying = ProxyThread(store, engine_config(Options(), live=False))
+    replaying.__enter__()
+    replaying.replay(run.id)
+    replayed = stream_from(replaying.proxy.url, "/tools/mcp/events")
+    replaying.close()
+    assert replayed == recorded.response_body and b"[redacted]" in replayed
+
+
+def stream_from(url: str, path: str) -> bytes:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request("POST", path, body=b"{}", headers={"content-type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200
+        return response.read()
+    finally:
+        conn.close()

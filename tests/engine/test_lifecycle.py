@@ -219,3 +219,23 @@ def test_a_served_answer_masked_when_recorded_is_recorded_as_served_not_read_twi
         recorded[masked] = tee.record.response_body
     assert b"s3cr3t" not in recorded[False]  # a live answer is masked
     assert recorded[True] == body  # a cassette's, already masked when it was recorded
+
+
+def test_a_secret_in_a_stream_is_masked_in_the_record_across_its_chunks_and_sent_as_it_came():
+    """An MCP tool or a token service answering over SSE: its events hold the credential the
+    agent needs, which the cassette must not. The member is cut across two chunks here."""
+    tee = Tee(request_record(), started=0.0)
+    parts = [b'data: {"access_tok', b'en": "sk-live-1", "n": 1}\n\n', b"data: [DONE]\n\n"]
+    commands = play(
+        tee, (0.0, Head(200, SSE)), *((0.1 * (i + 1), Body(p)) for i, p in enumerate(parts)),
+        (0.5, End()),
+    )  # fmt: skip
+    assert [c.data for c in commands if isinstance(c, SendBody)] == parts
+    record = tee.record
+    assert b"sk-live-1" not in record.response_body
+    assert record.response_body == b"".join(parts).replace(b"sk-live-1", b"[redacted]")
+    assert record.chunks == [
+        Chunk(100.0, b'data: {"access_tok'),
+        Chunk(200.0, b'en": "[redacted]", "n": 1}\n\n'),
+        Chunk(300.0, b"data: [DONE]\n\n"),
+    ]
