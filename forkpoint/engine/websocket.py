@@ -180,10 +180,18 @@ class Connection:
         record, self._current = self._current, None
         if record is None:
             return []
-        frames.answered(record, self._frames, at=self._frames[-1][0] if self._frames else 0.0)
+        # each message whole, masked as a body is; the agent had it as it came
+        masked = [(ms, self._masked(frame)) for ms, frame in self._frames]
+        frames.answered(record, masked, at=self._frames[-1][0] if self._frames else 0.0)
         if self._closed is not None:
             frames.mark_closed(record, *self._closed)
         return [Commit(record)] if self._keep else []
+
+    def _masked(self, frame: Frame) -> Frame:
+        if frame.binary:
+            return frame
+        data = self.config.redaction.body(frame.data, ())
+        return frame if data is frame.data else Frame(data, frame.binary)
 
     def _serve(
         self, record: Exchange, recorded: Exchange, now: float, *, keep: bool

@@ -172,3 +172,24 @@ def test_an_upstream_that_fails_cuts_the_exchange_and_closes_the_agents_socket()
     cut = committed(commands)[0]
     assert (cut.complete, cut.error) == (False, "upstream websocket broke")
     assert commands[-1] == Close(1001, "upstream unavailable")
+
+
+def test_a_secret_in_a_server_message_is_masked_in_the_record_and_sent_as_it_came():
+    """A realtime session's ephemeral key, say: the agent needs it, the cassette must not
+    hold it."""
+    session = Session(Run("rec"))
+    upgrade = decide(session, UPGRADE, CONFIG)
+    assert isinstance(upgrade, Forward)
+    connection = Connection.live(session, CONFIG, UPGRADE, upgrade, 101, (), 0.0)
+    records = committed(connection.from_agent(create("hi"), 1.0))
+    secret = Frame(b'{"type": "session.updated", "session": {"id": "s1"}, "token": "ek_live_1"}')
+    nested = Frame(b'{"type": "x", "session": {"api_key": "sk-live-2", "n": 1}}')
+    sent = [connection.from_upstream(frame, 1.1) for frame in (secret, nested)]
+    assert sent == [[ToAgent(secret, 1.1)], [ToAgent(nested, 1.1)]]
+    records += committed(connection.closed_by_agent(1.2))
+    stored = records[-1]
+    assert stored.chunks is not None
+    assert b"ek_live_1" not in stored.response_body and b"sk-live-2" not in stored.response_body
+    assert [c.data for c in stored.chunks][1] == (
+        b'{"type": "x", "session": {"api_key": "[redacted]", "n": 1}}'
+    )
