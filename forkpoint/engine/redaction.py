@@ -9,6 +9,11 @@ word that makes it a credential (`api-key`, `x-functions-key`, `subscription-key
 more with `Redaction(names=…)` (`--redact NAME`). Body fields are masked only where their
 value is a string, so `max_tokens: 100` stays as it is.
 
+A credential is also known by its shape, where no name says what it is (a key pasted into a
+prompt, a token a tool printed): the formats their issuers publish (`sk-…`, `AKIA…`, `ghp_…`,
+a JWT, a private key block), in any body that is text, up to SHAPED_MAX, and in error texts.
+A file's bytes (an upload, a body not text) are never changed: masking would corrupt them.
+
 Masking keeps every other byte: a JSON body has only its secret values replaced, in place.
 Matching reads the request as masked the same way, so a replay whose key differs from the
 recording's still matches.
@@ -44,6 +49,28 @@ _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _MEMBER = re.compile(rb'"((?:[^"\\]|\\.){1,80})"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>.,;:)\]]")
 _FORM = re.compile(rb"[\w.~%+\-]+=[^&]*(?:&[\w.~%+\-]+=[^&]*)*")
+# The published formats, each found by its own literal start (so `re` scans for it at memchr
+# speed: about 5 ns a byte for them all), and bounded on both sides (`_shapes`) so no longer
+# word and no base64 run is cut. A body over SHAPED_MAX (an image, mostly) is not scanned.
+_SHAPES = tuple(
+    re.compile(pattern, re.DOTALL)
+    for pattern in (
+        rb"sk-(?:ant-|proj-|svcacct-|admin-)?[\w-]{20,}(?![\w-])",  # OpenAI, Anthropic
+        rb"k_(?:live|test)_[A-Za-z0-9]{16,}(?![\w-])",  # Stripe (sk_, rk_)
+        rb"AKIA[0-9A-Z]{16}(?![\w-])",  # AWS access key ids
+        rb"ASIA[0-9A-Z]{16}(?![\w-])",
+        rb"gh(?:[pousr]_[A-Za-z0-9]{36,}|ithub_pat_\w{22,})(?![\w-])",  # GitHub
+        rb"xox[abposr]-[A-Za-z0-9-]{10,}(?![\w-])",  # Slack
+        rb"AIza[\w-]{35}(?![\w-])",  # Google
+        rb"eyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]{8,}(?![\w-])",  # a JWT
+        rb"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----",
+    )
+)
+_STRIPE = _SHAPES[1]  # found from its second letter: the one before is `s` or `r`
+_WORDISH = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+SHAPED_MAX = 1 << 20
+_TEXT_TYPES = ("text/", "application/json", "application/x-ndjson", "application/xml",
+               "application/x-www-form-urlencoded", "application/graphql")  # fmt: skip
 _HINTS = (b"token", b"secret", b"passw", b"key", b"credential", b"auth", b"sig", b"cookie")
 # Connection-level headers (RFC 9110 §7.6.1): they describe one hop, never the message.
 HOP_BY_HOP = frozenset(
@@ -136,14 +163,14 @@ class Redaction:
             return body
         lowered = plain.lower()
         content_type = (header(headers, "content-type") or "").lower()
+        text = _is_text(content_type, plain)
         if content_type.startswith("application/x-www-form-urlencoded") or (
             not content_type and _FORM.fullmatch(plain)
         ):
-            if not any(hint in lowered for hint in self.hints):
-                return body
-            masked = self._form(plain)
+            masked = self._form(plain) if any(h in lowered for h in self.hints) else plain
+            masked = _spliced(masked, _shapes(masked))
         else:
-            masked = _spliced(plain, self._spans(plain, lowered))
+            masked = _spliced(plain, self._spans(plain, lowered, shapes=text))
         if masked == plain:
             return body
         return encode_body(masked, encoding) if encoding else masked
@@ -159,22 +186,29 @@ class Redaction:
         if header(headers, "content-encoding"):
             masked = self.body(body, headers)
             return chunks if masked is body else [Chunk(chunks[0].offset_ms, masked)]
-        spans = self._spans(body, body.lower())
+        spans = self._spans(body, body.lower(), shapes=True)  # a stream is text (SSE)
         return _recut(chunks, spans) if spans else chunks
 
     def text(self, text: str) -> str:
-        """A message with the URLs in it masked (an upstream's error names the URL it failed)."""
-        return _URL.sub(lambda match: self.route(match.group(0)), text) if "://" in text else text
+        """A message with the URLs and the credentials in it masked (an upstream's error
+        names the URL it failed, and may quote the key it refused)."""
+        if "://" in text:
+            text = _URL.sub(lambda match: self.route(match.group(0)), text)
+        raw = text.encode()
+        spans = _shapes(raw)
+        return _spliced(raw, spans).decode() if spans else text
 
-    def _spans(self, plain: bytes, lowered: bytes) -> list[tuple[int, int]]:
-        """Where the string values of `plain`'s secret members are, in order."""
-        if not any(pattern.search(lowered) for pattern in self.named):
-            return []
-        return [
-            match.span(3)
-            for match in _MEMBER.finditer(plain)
-            if match.group(3) != _MASK and self.field(_name(match.group(1)))
-        ]
+    def _spans(self, plain: bytes, lowered: bytes, *, shapes: bool) -> list[tuple[int, int]]:
+        """Where `plain`'s secrets are, in order: the string values of its secret members,
+        and with `shapes` the credentials known by their shape."""
+        named = []
+        if any(pattern.search(lowered) for pattern in self.named):
+            named = [
+                match.span(3)
+                for match in _MEMBER.finditer(plain)
+                if match.group(3) != _MASK and self.field(_name(match.group(1)))
+            ]
+        return _merged(named, _shapes(plain)) if shapes else named
 
     def _form(self, body: bytes) -> bytes:
         try:
@@ -188,6 +222,46 @@ class Redaction:
 
 
 DEFAULT = Redaction()
+
+
+def _is_text(content_type: str, plain: bytes) -> bool:
+    """Whether a body is text a credential could be written in, not a file's bytes."""
+    if not content_type:
+        return b"\x00" not in plain[:4096]
+    kind = content_type.partition(";")[0].strip()
+    return kind.startswith(_TEXT_TYPES) or kind.endswith(("+json", "+xml"))
+
+
+def _shapes(plain: bytes) -> list[tuple[int, int]]:
+    """Where the credentials known by their shape are in `plain`, in order: each begins
+    where a word does."""
+    if len(plain) > SHAPED_MAX:
+        return []
+    found = []
+    for shape in _SHAPES:
+        for match in shape.finditer(plain):
+            begin, end = match.span()
+            if shape is _STRIPE:
+                if begin == 0 or plain[begin - 1] not in b"sr":
+                    continue
+                begin -= 1
+            if begin and plain[begin - 1] in _WORDISH and plain[begin] != 0x2D:  # `-----BEGIN`
+                continue
+            found.append((begin, end))
+    return _merged([], found)
+
+
+def _merged(first: list[tuple[int, int]], second: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Two lists of spans as one, in order, overlapping spans joined."""
+    if not second:
+        return first
+    merged: list[tuple[int, int]] = []
+    for begin, end in sorted(first + second):
+        if merged and begin < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((begin, end))
+    return merged
 
 
 def _spliced(plain: bytes, spans: list[tuple[int, int]]) -> bytes:

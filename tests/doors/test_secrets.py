@@ -246,6 +246,7 @@ EVENTS = st.lists(
         b'data: {"delta": {"content": "hi"}}\n\n', b'data: {"token": "sk-1", "n": 1}\n\n',
         b'data: {"client_secret" : "s\\"k-2", "usage": {"total_tokens": 9}}\n\n',
         b'event: done\ndata: {"api_key": ""}\n\n', b": keep-alive\n\n",
+        b'data: {"delta": {"content": "use sk-proj-Ab3dEf6hIj9kLm2nOp5q0123 now"}}\n\n',
     ]),
     min_size=1, max_size=6,
 ).map(b"".join)  # fmt: skip
@@ -263,7 +264,8 @@ def test_a_stream_masked_chunk_by_chunk_reads_as_its_whole_body_masked(body, cut
     assert b"".join(c.data for c in masked) == Redaction().body(body, ())
     times = [c.offset_ms for c in masked]
     assert times == sorted(set(times)) and set(times) <= {c.offset_ms for c in chunks}
-    assert all(c.data for c in masked) and b"sk-1" not in b"".join(c.data for c in masked)
+    joined = b"".join(c.data for c in masked)
+    assert all(c.data for c in masked) and b"sk-1" not in joined and b"sk-proj" not in joined
 
 
 def test_a_compressed_stream_with_a_secret_is_kept_masked_in_one_chunk():
@@ -310,3 +312,93 @@ def stream_from(url: str, path: str) -> bytes:
         return response.read()
     finally:
         conn.close()
+
+
+# Credentials by their shape, wherever they are written: a key pasted into a prompt, a token
+# a tool printed. Each is made here, so no real-looking key sits in the source.
+KEYS = {
+    "openai": "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5q" * 2,
+    "anthropic": "sk-ant-api03-" + "x7Yz0Ab3dEf6hIj9kLm2" * 2,
+    "aws": "AKIA" + "Q7RZ3WUXM2KD5N8P",
+    "github": "ghp_" + "a1B2c3D4e5F6g7H8i9J0" * 2,
+    "slack": "xoxb-" + "1234567890-0987654321-" + "aBcDeFgHiJkL",
+    "google": "AIza" + "Sy" + "D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8s9T",
+    "stripe": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9."
+    + "eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+    + "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+}
+PEM = (
+    "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\nBKcwggSjAgEAAoIBAQC7\\n"
+    "-----END PRIVATE KEY-----"
+)
+
+
+@pytest.mark.parametrize("kind", sorted(KEYS))
+def test_a_credential_is_masked_by_its_shape_in_free_text(kind):
+    key = KEYS[kind]
+    body = json.dumps({"messages": [{"role": "user", "content": f"here is mine: {key}, thanks"}],
+                       "max_tokens": 5}).encode()  # fmt: skip
+    masked = Redaction().body(body, (("content-type", "application/json"),))
+    assert key.encode() not in masked
+    assert json.loads(masked)["messages"][0]["content"] == "here is mine: [redacted], thanks"
+    assert Redaction().text(f"upstream said: bad key {key}") == "upstream said: bad key [redacted]"
+
+
+def test_a_private_key_block_is_masked_whole():
+    body = json.dumps({"content": f"deploy with\n{PEM}\nplease"}).encode()
+    masked = Redaction().body(body, ())
+    assert json.loads(masked)["content"] == "deploy with\n[redacted]\nplease"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a risk-assessment-framework-for-the-new-product-line",  # `sk-` inside a word
+        "task-sk-" + "is-not-a-key-when-it-is-in-the-middle",
+        "ASKIA" + "Q7RZ3WUXM2KD5N8P",  # a longer word
+        "data:image/png;base64,iVBORw0KGgoAKIAQ7RZ3WUXM2KD5N8PAAAANSUhEUgAAAAEAAAAB",
+        "the header eyJ is just text",
+        "ghp_short",
+    ],
+)
+def test_text_that_only_looks_like_a_credential_is_kept(text):
+    body = json.dumps({"content": text}).encode()
+    assert Redaction().body(body, ()) is body
+
+
+def test_a_credential_in_a_binary_upload_is_left_alone():
+    """Masking would change a file's bytes (a PDF's offsets, a zip's checksums): a multipart
+    upload, or any body not text, is kept as it is; its text fields are read by name."""
+    key = KEYS["openai"].encode()
+    body = b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.pdf"\r\n\r\n' + (
+        b"%PDF-1.7 " + key + b"\r\n--b--\r\n"
+    )
+    assert Redaction().body(body, (("content-type", "multipart/form-data; boundary=b"),)) is body
+    octets = b"\x00\x01" + key
+    assert Redaction().body(octets, (("content-type", "application/octet-stream"),)) is octets
+
+
+def test_a_key_in_a_prompt_never_reaches_the_cassette_and_a_replay_with_another_still_matches(
+    store, cassette: Path, tokens
+):
+    from forkpoint.api.options import Options, engine_config
+    from forkpoint.runtime.proxy import ProxyThread
+
+    prompt = {"messages": [{"role": "user", "content": f"my key is {KEYS['openai']}"}]}
+    recording = ProxyThread(store, engine_config(Options(routes={"tools": tokens.url}), live=True))
+    recording.__enter__()
+    run = recording.record(name="pasted").run
+    assert send(recording.proxy.url, "/tools/chat", prompt, {}) == 200
+    recording.close()
+    wal = cassette.with_name(cassette.name + "-wal")
+    for content in (cassette.read_bytes(), wal.read_bytes() if wal.exists() else b""):
+        assert KEYS["openai"].encode() not in content
+    [recorded] = store.exchanges(run.id)
+    assert b"my key is [redacted]" in recorded.request_body
+    replaying = ProxyThread(store, engine_config(Options(), live=False))
+    replaying.__enter__()
+    replaying.replay(run.id)
+    other = {"messages": [{"role": "user", "content": f"my key is {KEYS['anthropic']}"}]}
+    assert send(replaying.proxy.url, "/tools/chat", other, {}) == 200
+    replaying.close()
