@@ -167,14 +167,15 @@ class Redaction:
             return body
         lowered = plain.lower()
         content_type = (header(headers, "content-type") or "").lower()
-        text = _is_text(content_type, plain)
         if content_type.startswith("application/x-www-form-urlencoded") or (
             not content_type and _FORM.fullmatch(plain)
         ):
             masked = self._form(plain) if any(h in lowered for h in self.hints) else plain
             masked = _spliced(masked, _shapes(masked))
-        else:
-            masked = _spliced(plain, self._spans(plain, lowered, shapes=text))
+        elif _is_text(content_type, plain):
+            masked = _spliced(plain, self._spans(plain, lowered))
+        else:  # a file's bytes: masking would corrupt them
+            return body
         if masked == plain:
             return body
         return encode_body(masked, encoding) if encoding else masked
@@ -183,14 +184,17 @@ class Redaction:
         """A stream's chunks with its secret values masked, each chunk at its time: a value
         cut across chunks is masked in the chunk where it begins, and a chunk left with
         nothing is dropped. A compressed stream cannot be cut again where it was: masked,
-        it is kept as one chunk, at the first one's time. Nothing to mask: `chunks` itself."""
+        it is kept as one chunk, at the first one's time. A stream that is not text (audio, a
+        file of unknown length) and one with nothing to mask: `chunks` itself."""
         if not chunks:
             return chunks
         body = b"".join([chunk.data for chunk in chunks])
         if header(headers, "content-encoding"):
             masked = self.body(body, headers)
             return chunks if masked is body else [Chunk(chunks[0].offset_ms, masked)]
-        spans = self._spans(body, body.lower(), shapes=True)  # a stream is text (SSE)
+        if not _is_text((header(headers, "content-type") or "").lower(), body):
+            return chunks
+        spans = self._spans(body, body.lower())
         return _recut(chunks, spans) if spans else chunks
 
     def text(self, text: str) -> str:
@@ -202,9 +206,9 @@ class Redaction:
         spans = _shapes(raw)
         return _spliced(raw, spans).decode() if spans else text
 
-    def _spans(self, plain: bytes, lowered: bytes, *, shapes: bool) -> list[tuple[int, int]]:
-        """Where `plain`'s secrets are, in order: the string values of its secret members,
-        and with `shapes` the credentials known by their shape."""
+    def _spans(self, plain: bytes, lowered: bytes) -> list[tuple[int, int]]:
+        """Where `plain`'s secrets are, in order: the string values of its secret members and
+        the credentials known by their shape."""
         named = []
         if any(pattern.search(lowered) for pattern in self.named):
             named = [
@@ -212,7 +216,7 @@ class Redaction:
                 for match in _MEMBER.finditer(plain)
                 if match.group(3) != _MASK and self.field(_name(match.group(1)))
             ]
-        return _merged(named, _shapes(plain)) if shapes else named
+        return _merged(named, _shapes(plain))
 
     def _form(self, body: bytes) -> bytes:
         try:

@@ -402,3 +402,14 @@ def test_a_key_in_a_prompt_never_reaches_the_cassette_and_a_replay_with_another_
     other = {"messages": [{"role": "user", "content": f"my key is {KEYS['anthropic']}"}]}
     assert send(replaying.proxy.url, "/tools/chat", other, {}) == 200
     replaying.close()
+
+
+def test_a_stream_that_is_not_text_is_kept_as_it_came():
+    """A body of unknown length is kept chunk by chunk whatever it is: audio from a speech
+    endpoint, a file. Its bytes may happen to read like a member or a key."""
+    chunks = [
+        Chunk(1.0, b'ID3\x00\x01"token": "abc"'),
+        Chunk(2.0, b"\xff\xfb " + KEYS["aws"].encode()),
+    ]
+    for kind in ("audio/mpeg", "application/octet-stream"):
+        assert Redaction().chunks(chunks, (("content-type", kind),)) is chunks
