@@ -49,8 +49,8 @@ _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _MEMBER = re.compile(rb'"((?:[^"\\]|\\.){1,80})"(\s*:\s*)"((?:[^"\\]|\\.)*)"')
 _URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]*[^\s'\"<>.,;:)\]]")
 _FORM = re.compile(rb"[\w.~%+\-]+=[^&]*(?:&[\w.~%+\-]+=[^&]*)*")
-# The published formats, in six patterns that each begin with a literal, so `re` scans for
-# them at memchr speed (about 2 ns a byte for all six), and bounded on both sides (`_shapes`)
+# The published formats, in seven patterns that each begin with a literal, so `re` scans for
+# them at memchr speed (about 2-3 ns a byte for them all), and bounded on both sides (`_shapes`)
 # so no longer word and no base64 run is cut. A body over SHAPED_MAX (an image, mostly) is
 # not scanned.
 _SHAPES = tuple(
@@ -59,6 +59,7 @@ _SHAPES = tuple(
         # from the `k` of OpenAI's and Anthropic's `sk-…` and Stripe's `sk_live_…`, `rk_test_…`
         rb"k(?:-(?:ant-|proj-|svcacct-|admin-)?[\w-]{20,}|_(?:live|test)_[A-Za-z0-9]{16,})(?![\w-])",
         rb"A(?:KIA[0-9A-Z]{16}|SIA[0-9A-Z]{16}|Iza[\w-]{35})(?![\w-])",  # AWS key ids, Google
+        rb"ek_[A-Za-z0-9]{20,}(?![\w-])",  # OpenAI's ephemeral (realtime) keys
         rb"gh(?:[pousr]_[A-Za-z0-9]{36,}|ithub_pat_\w{22,})(?![\w-])",  # GitHub
         rb"xox[abposr]-[A-Za-z0-9-]{10,}(?![\w-])",  # Slack
         rb"eyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]{8,}(?![\w-])",  # a JWT

@@ -324,6 +324,7 @@ KEYS = {
     "slack": "xoxb-" + "1234567890-0987654321-" + "aBcDeFgHiJkL",
     "google": "AIza" + "Sy" + "D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8s9T",
     "stripe": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "openai-ephemeral": "ek_" + "68af3f0d09748190a0cd6a9b8a4ab1a7",  # a realtime session's
     "jwt": "eyJhbGciOiJIUzI1NiJ9."
     + "eyJzdWIiOiIxMjM0NTY3ODkwIn0."
     + "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
@@ -413,3 +414,15 @@ def test_a_stream_that_is_not_text_is_kept_as_it_came():
     ]
     for kind in ("audio/mpeg", "application/octet-stream"):
         assert Redaction().chunks(chunks, (("content-type", kind),)) is chunks
+
+
+def test_a_realtime_sessions_ephemeral_key_is_masked_where_its_name_says_nothing():
+    """OpenAI's realtime endpoints answer `{"client_secret": {"value": "ek_…"}}` and, newer,
+    `{"value": "ek_…"}`: an object under the secret's name, or no name at all."""
+    key = KEYS["openai-ephemeral"]
+    for answer in ({"client_secret": {"value": key, "expires_at": 1756000000}}, {"value": key}):
+        body = json.dumps(answer).encode()
+        masked = Redaction().body(body, (("content-type", "application/json"),))
+        assert key.encode() not in masked and b"[redacted]" in masked
+    kept = json.dumps({"content": "peek_" + "a" * 30}).encode()  # `ek_` inside a word
+    assert Redaction().body(kept, ()) is kept
