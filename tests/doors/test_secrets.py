@@ -4,7 +4,9 @@ in the cassette, its WAL, an export, the log or `--json` output; replay still ma
 Found by a user: X-Subscription-Token, Ocp-Apim-Subscription-Key, ?apikey=, ?token= and a
 JSON `"api_key"` were stored in clear; and by an attack suite: x-amz-security-token,
 x-auth-token, x-functions-key, apikey, ?sig=, ?X-Amz-Signature=, ?code=, userinfo in the
-request line, and a divergence report copying body and query secrets into the record.
+request line, and a divergence report copying body and query secrets into the record. Then
+secrets in a streamed answer and credentials known only by their shape (a key pasted into a
+prompt), and the bytes that must be left alone (files, text that only looks like a key).
 """
 
 from __future__ import annotations
