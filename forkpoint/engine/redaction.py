@@ -7,7 +7,8 @@ names its keys its own way (`X-Subscription-Token`, `Ocp-Apim-Subscription-Key`,
 a word says so (token, secret, password, signature, credential…), or it ends in `key` after a
 word that makes it a credential (`api-key`, `x-functions-key`, `subscription-key`). Users name
 more with `Redaction(names=…)` (`--redact NAME`). Body fields are masked only where their
-value is a string, so `max_tokens: 100` stays as it is.
+value is a string, so `max_tokens: 100` stays as it is; under a name that says secret,
+credential or password (or one a user named), every string of an object or list value is.
 
 A credential is also known by its shape, where no name says what it is (a key pasted into a
 prompt, a token a tool printed): the formats their issuers publish (`sk-…`, `AKIA…`, `ghp_…`,
@@ -71,6 +72,13 @@ _WORDISH = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234
 SHAPED_MAX = 1 << 20
 _TEXT_TYPES = ("text/", "application/json", "application/x-ndjson", "application/xml",
                "application/x-www-form-urlencoded", "application/graphql")  # fmt: skip
+# A member whose value is an object or a list, and the tokens of JSON a container is read by.
+_CONTAINER = re.compile(rb'"((?:[^"\\]|\\.){1,80})"\s*:\s*[\[{]')
+_STRING = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_COLON = re.compile(rb"\s*:")
+_HOLDING = frozenset({"secret", "secrets", "password", "passwd", "credential", "credentials"})
+_HOLDING_HINTS = (b"secret", b"passw", b"credential")
 _HINTS = (b"token", b"secret", b"passw", b"key", b"credential", b"auth", b"sig", b"cookie")
 # Connection-level headers (RFC 9110 §7.6.1): they describe one hop, never the message.
 HOP_BY_HOP = frozenset(
@@ -101,10 +109,12 @@ def secret_name(name: str) -> bool:
     return len(words) > 1 and words[-1] == "key" and any(w in _KEY_WORDS for w in words[:-1])
 
 
-def _named_string(hint: bytes) -> re.Pattern[bytes]:
-    """`hint` in what may be the name of a member whose value is a string: most bodies name
-    `max_tokens` or `prompt_tokens` with a number, and need no member-by-member pass."""
-    return re.compile(re.escape(hint) + rb'(?:[^"\\]|\\.){0,80}"\s*:\s*"')
+def _named_string(hint: bytes, holding: bool) -> re.Pattern[bytes]:
+    """`hint` in what may be the name of a member whose value is a string (with `holding`,
+    or an object or a list): most bodies name `max_tokens` or `prompt_tokens` with a number,
+    and need no member-by-member pass."""
+    value = rb'["\[{]' if holding else rb'"'
+    return re.compile(re.escape(hint) + rb'(?:[^"\\]|\\.){0,80}"\s*:\s*' + value)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -115,12 +125,18 @@ class Redaction:
     # What a body holding a secret must contain: the rules' word stems and the names; and
     # each of them in what may be the name of a member with a string value.
     hints: tuple[bytes, ...] = dataclasses.field(init=False, repr=False, compare=False)
-    named: tuple[re.Pattern[bytes], ...] = dataclasses.field(init=False, repr=False, compare=False)
+    # each with whether it may name a member holding a secret as an object or a list
+    named: tuple[tuple[re.Pattern[bytes], bool], ...] = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", frozenset(n.lower() for n in self.names))
-        object.__setattr__(self, "hints", (*_HINTS, *(n.encode() for n in sorted(self.names))))
-        object.__setattr__(self, "named", tuple([_named_string(h) for h in self.hints]))
+        users = tuple(n.encode() for n in sorted(self.names))
+        object.__setattr__(self, "hints", (*_HINTS, *users))
+        holding = (*_HOLDING_HINTS, *users)
+        named = tuple([(_named_string(h, h in holding), h in holding) for h in self.hints])
+        object.__setattr__(self, "named", named)
 
     def header(self, name: str) -> bool:
         return name.lower() in self.names or secret_name(name)
@@ -130,6 +146,11 @@ class Redaction:
 
     def field(self, name: str) -> bool:
         return name.lower() in self.names or secret_name(name)
+
+    def holds(self, name: str) -> bool:
+        """Whether every string under a member so named is a secret: its name says secret,
+        credential or password (not `auth` or `token`, which name schemes and counts too)."""
+        return name.lower() in self.names or any(w in _HOLDING for w in _words(name))
 
     def headers(self, headers: Headers) -> Headers:
         return tuple([(k, REDACTED) if self.header(k) else (k, v) for k, v in headers])
@@ -205,14 +226,31 @@ class Redaction:
     def _spans(self, plain: bytes, lowered: bytes) -> list[tuple[int, int]]:
         """Where `plain`'s secrets are, in order: the string values of its secret members and
         the credentials known by their shape."""
-        named = []
-        if any(pattern.search(lowered) for pattern in self.named):
+        named: list[tuple[int, int]] = []
+        found = [holding for pattern, holding in self.named if pattern.search(lowered)]
+        if found:
             named = [
                 match.span(3)
                 for match in _MEMBER.finditer(plain)
                 if match.group(3) != _MASK and self.field(_name(match.group(1)))
             ]
+        if any(found):
+            named = _merged(named, self._held(plain))
         return _merged(named, _shapes(plain))
+
+    def _held(self, plain: bytes) -> list[tuple[int, int]]:
+        """The strings under each member that `holds` a secret as an object or a list (a
+        service account's `"credentials": {…}`, `"client_secret": {"value": …}`)."""
+        spans = []
+        for match in _CONTAINER.finditer(plain):
+            if not self.holds(_name(match.group(1))):
+                continue
+            start = match.end() - 1
+            end = _closing(plain, start)
+            for string in _STRING.finditer(plain, start, end):
+                if not _COLON.match(plain, string.end()) and string.group(1) != _MASK:
+                    spans.append(string.span(1))  # a value, not a member's name
+        return spans
 
     def _form(self, body: bytes) -> bytes:
         try:
@@ -254,6 +292,20 @@ def _shapes(plain: bytes) -> list[tuple[int, int]]:
                 continue
             found.append((begin, end))
     return _merged([], found)
+
+
+def _closing(plain: bytes, start: int) -> int:
+    """Where the object or list opening at `start` ends (past its closing bracket); the end of
+    `plain` if it never closes (a body cut short)."""
+    depth = 0
+    for token in _TOKEN.finditer(plain, start):
+        opening = token.group()
+        if opening[0] == 0x22:  # a string: its brackets are text
+            continue
+        depth += 1 if opening in (b"{", b"[") else -1
+        if depth == 0:
+            return token.end()
+    return len(plain)
 
 
 def _merged(first: list[tuple[int, int]], second: list[tuple[int, int]]) -> list[tuple[int, int]]:

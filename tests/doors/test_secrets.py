@@ -428,3 +428,24 @@ def test_a_realtime_sessions_ephemeral_key_is_masked_where_its_name_says_nothing
         assert key.encode() not in masked and b"[redacted]" in masked
     kept = json.dumps({"content": "peek_" + "a" * 30}).encode()  # `ek_` inside a word
     assert Redaction().body(kept, ()) is kept
+
+
+@pytest.mark.parametrize(
+    "answer, kept",
+    [
+        ({"credentials": {"type": "service_account", "client_email": "bot@p.example",
+                          "private_key_id": "k-1"}, "n": 1}, '"n": 1'),
+        ({"client_secret": {"value": "opaque-1", "expires_at": 1756000000}}, '"expires_at": 1756000000'),
+        ({"user": {"password": ["opaque-1", "opaque-2"]}, "max_tokens": 5}, '"max_tokens": 5'),
+    ],
+)  # fmt: skip
+def test_every_string_under_a_member_named_a_secret_is_masked(answer, kept):
+    """A name that says secret, credential or password holds one whatever its shape: an
+    object (a service account, an ephemeral key and its expiry) or a list."""
+    body = json.dumps(answer).encode()
+    masked = Redaction().body(body, (("content-type", "application/json"),))
+    assert b"opaque-1" not in masked and b"service_account" not in masked
+    assert b"bot@p.example" not in masked and kept.encode() in masked
+    assert json.loads(masked)  # still JSON, every other byte kept
+    auth = json.dumps({"auth": {"type": "oauth", "scopes": ["read"]}}).encode()
+    assert Redaction().body(auth, ()) is auth  # `auth` names a scheme as often as a secret
