@@ -72,6 +72,13 @@ _WORDISH = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234
 SHAPED_MAX = 1 << 20
 _TEXT_TYPES = ("text/", "application/json", "application/x-ndjson", "application/xml",
                "application/x-www-form-urlencoded", "application/graphql")  # fmt: skip
+# A member with a string value in JSON carried inside a JSON string (a tool's answer sent
+# back to the model): its quotes are `\"`, and each of its own escapes is escaped again.
+_CARRIED = rb'(?:[^"\\]|\\\\(?:\\["\\]|[^"\\]))'
+_ESCAPED_MEMBER = re.compile(
+    rb'\\"(' + _CARRIED + rb'{1,80})\\"(\s*:\s*)\\"(' + _CARRIED + rb'*)\\"'
+)
+_UNESCAPE = re.compile(rb'\\(["\\])')
 # A member whose value is an object or a list, and the tokens of JSON a container is read by.
 _CONTAINER = re.compile(rb'"((?:[^"\\]|\\.){1,80})"\s*:\s*[\[{]')
 _STRING = re.compile(rb'"((?:[^"\\]|\\.)*)"')
@@ -111,10 +118,12 @@ def secret_name(name: str) -> bool:
 
 def _named_string(hint: bytes, holding: bool) -> re.Pattern[bytes]:
     """`hint` in what may be the name of a member whose value is a string (with `holding`,
-    or an object or a list): most bodies name `max_tokens` or `prompt_tokens` with a number,
-    and need no member-by-member pass."""
+    or an object or a list), in the body or in JSON carried in one of its strings: most
+    bodies name `max_tokens` or `prompt_tokens` with a number, and need no member-by-member
+    pass."""
     value = rb'["\[{]' if holding else rb'"'
-    return re.compile(re.escape(hint) + rb'(?:[^"\\]|\\.){0,80}"\s*:\s*' + value)
+    ending = rb'(?:"\s*:\s*' + value + rb'|\\"\s*:\s*\\")'  # or in JSON carried in a string
+    return re.compile(re.escape(hint) + rb'(?:[^"\\]|\\.){0,80}' + ending)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -236,7 +245,17 @@ class Redaction:
             ]
         if any(found):
             named = _merged(named, self._held(plain))
+        if found and b'\\"' in plain:
+            named = _merged(named, self._carried(plain))
         return _merged(named, _shapes(plain))
+
+    def _carried(self, plain: bytes) -> list[tuple[int, int]]:
+        """The string values of the secret members of JSON carried inside a string."""
+        return [
+            match.span(3)
+            for match in _ESCAPED_MEMBER.finditer(plain)
+            if match.group(3) != _MASK and self.field(_name(_UNESCAPE.sub(rb"\1", match.group(1))))
+        ]
 
     def _held(self, plain: bytes) -> list[tuple[int, int]]:
         """The strings under each member that `holds` a secret as an object or a list (a

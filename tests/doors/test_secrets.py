@@ -449,3 +449,16 @@ def test_every_string_under_a_member_named_a_secret_is_masked(answer, kept):
     assert json.loads(masked)  # still JSON, every other byte kept
     auth = json.dumps({"auth": {"type": "oauth", "scopes": ["read"]}}).encode()
     assert Redaction().body(auth, ()) is auth  # `auth` names a scheme as often as a secret
+
+
+def test_a_secret_in_json_carried_inside_a_string_is_masked_by_its_name():
+    """A tool's answer goes back to the model as a string: `{"access_token": …}` arrives
+    escaped inside the next request's tool message, where it must be masked as well."""
+    inner = json.dumps({"access_token": "opaque-1", "note": 'say "hi"', "n": 1})
+    body = json.dumps({"messages": [{"role": "tool", "content": inner}]}).encode()
+    masked = Redaction().body(body, (("content-type", "application/json"),))
+    assert b"opaque-1" not in masked
+    carried = json.loads(json.loads(masked)["messages"][0]["content"])
+    assert carried == {"access_token": "[redacted]", "note": 'say "hi"', "n": 1}
+    quoted = json.dumps({"content": 'he said "token": "not json" once'}).encode()
+    assert json.loads(Redaction().body(quoted, ()))["content"].startswith("he said")
