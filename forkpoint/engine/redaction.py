@@ -191,15 +191,15 @@ class Redaction:
             plain = decode_body(body, encoding) if encoding else body
         except UndecodableBody:
             return body
-        lowered = plain.lower()
         content_type = (header(headers, "content-type") or "").lower()
         if content_type.startswith("application/x-www-form-urlencoded") or (
             not content_type and _FORM.fullmatch(plain)
         ):
+            lowered = plain.lower()
             masked = self._form(plain) if any(h in lowered for h in self.hints) else plain
-            masked = _spliced(masked, _shapes(masked))
+            masked = _spliced(masked, _joined(_shapes(masked)))
         elif _is_text(content_type, plain):
-            masked = _spliced(plain, self._spans(plain, lowered))
+            masked = _spliced(plain, self._spans(plain, plain.lower()))
         else:  # a file's bytes: masking would corrupt them
             return body
         if masked == plain:
@@ -229,25 +229,25 @@ class Redaction:
         if "://" in text:
             text = _URL.sub(lambda match: self.route(match.group(0)), text)
         raw = text.encode()
-        spans = _shapes(raw)
+        spans = _joined(_shapes(raw))
         return _spliced(raw, spans).decode() if spans else text
 
     def _spans(self, plain: bytes, lowered: bytes) -> list[tuple[int, int]]:
         """Where `plain`'s secrets are, in order: the string values of its secret members and
         the credentials known by their shape."""
-        named: list[tuple[int, int]] = []
+        spans = _shapes(plain)
         found = [holding for pattern, holding in self.named if pattern.search(lowered)]
         if found:
-            named = [
+            spans += [
                 match.span(3)
                 for match in _MEMBER.finditer(plain)
                 if match.group(3) != _MASK and self.field(_name(match.group(1)))
             ]
         if any(found):
-            named = _merged(named, self._held(plain))
+            spans += self._held(plain)
         if found and b'\\"' in plain:
-            named = _merged(named, self._carried(plain))
-        return _merged(named, _shapes(plain))
+            spans += self._carried(plain)
+        return _joined(spans)
 
     def _carried(self, plain: bytes) -> list[tuple[int, int]]:
         """The string values of the secret members of JSON carried inside a string."""
@@ -294,8 +294,8 @@ def _is_text(content_type: str, plain: bytes) -> bool:
 
 
 def _shapes(plain: bytes) -> list[tuple[int, int]]:
-    """Where the credentials known by their shape are in `plain`, in order: each begins
-    where a word does."""
+    """Where the credentials known by their shape are in `plain` (each begins where a word
+    does), family by family."""
     if len(plain) > SHAPED_MAX:
         return []
     found = []
@@ -310,7 +310,7 @@ def _shapes(plain: bytes) -> list[tuple[int, int]]:
             if begin and plain[begin - 1] in _WORDISH and plain[begin] != 0x2D:  # `-----BEGIN`
                 continue
             found.append((begin, end))
-    return _merged([], found)
+    return found
 
 
 def _closing(plain: bytes, start: int) -> int:
@@ -327,12 +327,10 @@ def _closing(plain: bytes, start: int) -> int:
     return len(plain)
 
 
-def _merged(first: list[tuple[int, int]], second: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Two lists of spans as one, in order, overlapping spans joined."""
-    if not second:
-        return first
+def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Spans in order, overlapping ones joined (a secret member's value may be a key too)."""
     merged: list[tuple[int, int]] = []
-    for begin, end in sorted(first + second):
+    for begin, end in sorted(spans):
         if merged and begin < merged[-1][1]:
             merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
         else:

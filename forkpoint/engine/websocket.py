@@ -180,9 +180,12 @@ class Connection:
         record, self._current = self._current, None
         if record is None:
             return []
-        # each message whole, masked as a body is; the agent had it as it came
-        masked = [(ms, self._masked(frame)) for ms, frame in self._frames]
-        frames.answered(record, masked, at=self._frames[-1][0] if self._frames else 0.0)
+        # each message whole, masked as a body is; the agent had it as it came. A recording's
+        # were masked when recorded: recorded again as served (as the tee does)
+        kept = self._frames
+        if record.origin is not Origin.REPLAYED:
+            kept = [(ms, self._masked(frame)) for ms, frame in kept]
+        frames.answered(record, kept, at=self._frames[-1][0] if self._frames else 0.0)
         if self._closed is not None:
             frames.mark_closed(record, *self._closed)
         return [Commit(record)] if self._keep else []
