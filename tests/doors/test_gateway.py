@@ -419,6 +419,7 @@ def test_a_head_reaches_the_agent_when_the_upstream_sends_it_not_with_a_late_bod
         assert (head + rest).endswith(b"\r\n\r\n" if cut else b"\r\n\r\nhello")
     finally:
         upstream.stop()
+    thread.close()  # every exchange committed before another proxy loads the run
     replaying = start_proxy(None)
     replaying.replay(run.id)
     head, _, rest = _get(replaying.proxy.url)
