@@ -27,7 +27,10 @@ class ChildFailed(RuntimeError):
 
 
 class Child:
-    def __init__(self, name: str, argv: list[str], logs: Path, *, port: int | None = None):
+    def __init__(
+        self, name: str, argv: list[str], logs: Path, *, port: int | None = None,
+        env: dict[str, str] | None = None,
+    ):  # fmt: skip
         self.name = name
         self.log = logs / f"{name}.log"
         self.url = ""
@@ -38,6 +41,7 @@ class Child:
                 stdout=subprocess.DEVNULL if port else subprocess.PIPE,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
+                env=env,
             )
 
     @property
@@ -75,6 +79,10 @@ class Child:
         """CPU seconds (user + system, all threads) the child and the processes it started
         (forkpoint's cassette writer) have used so far."""
         return sum(_cpu_seconds(pid) for pid in _process_tree(self.pid))
+
+    def own_cpu(self) -> float:
+        """CPU seconds of the child's own process (not the processes it started)."""
+        return _cpu_seconds(self.pid)
 
     async def settle(self, *, window: float = 0.05, limit: float = 15.0) -> float:
         """Wait until the child has gone idle (a recorder has drained); its CPU seconds then."""
@@ -135,15 +143,20 @@ def mitmdump(logs: Path, upstream_url: str) -> Child:
 def forkpoint(
     name: str, logs: Path, *, mode: str, cassette: Path | str, run: str,
     upstream_url: str | None = None,
-    profile: Path | None = None, loop: str = "default",
+    profile: Path | None = None, loop: str = "default", rules: bool = False,
+    code: Path | None = None,
 ) -> Child:  # fmt: skip
+    """`code`: a tree holding another forkpoint/ to run instead of this one (a before)."""
     argv = [sys.executable, str(_HERE / "_run_forkpoint.py"), "--mode", mode,
             "--cassette", str(cassette), "--run", run, "--loop", loop]  # fmt: skip
     if upstream_url:
         argv += ["--upstream", upstream_url]
+    if rules:
+        argv.append("--rules")
     if profile:
         argv += ["--profile", str(profile)]
-    return Child(name, argv, logs)
+    env = None if code is None else {**os.environ, "PYTHONPATH": str(code.resolve())}
+    return Child(name, argv, logs, env=env)
 
 
 class OtherLoad:

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from forkpoint.cassettes.formats import text
+from forkpoint.cassettes.formats.interop import run_from_json
 from forkpoint.errors import CassetteError
 from forkpoint.models import Chunk, Exchange, Run
 
@@ -111,8 +112,13 @@ def read_before(path: Path) -> tuple[Run, list[Exchange]]:
             if isinstance(event, yaml.AliasEvent):
                 raise CassetteError(f"{path}: a YAML alias")
     document = yaml.load(content, Loader=yaml.CSafeLoader)
-    text._check_versions(document)
-    return text._read(document, path.stem, {})
+    meta = document.get("forkpoint") or {}
+    run = run_from_json(meta.get("run"), ("forkpoint", "run"), default_name=path.stem)
+    interactions = enumerate(document["interactions"])
+    exchanges = [
+        text._exchange(run.id, i, item, {}, ("interactions", i)) for i, item in interactions
+    ]
+    return run, exchanges
 
 
 def mean_ms(readers: list[Callable[[Path], object]], path: Path, rounds: int) -> list[float]:

@@ -17,11 +17,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _API = (
-    "Copied", "ExperimentSpec", "Imported", "Options", "RunRecord", "RunResult", "RunSnapshots",
-    "Serving", "aexperiment", "afork", "arecord", "areplay", "aresume", "aserve", "copy", "diff",
-    "experiment",
+    "Copied", "ExperimentSpec", "Imported", "Options", "Reader", "RunRecord", "RunResult",
+    "RunSnapshots",
+    "Serving", "aanswer", "aexperiment", "afork", "answer", "arecord", "areplay", "aresume",
+    "aserve", "awake", "copy", "diff", "experiment",
     "experiment_list", "experiment_results", "export_run", "fork", "import_run", "make_change",
-    "mock", "record", "replay", "resume", "runs", "serve", "show", "snapshots",
+    "mock", "record", "replay", "resume", "runs", "serve", "show", "snapshots", "wake",
 )  # fmt: skip
 _ELSEWHERE = {
     "Change": "forkpoint.engine.changes",
@@ -67,16 +68,20 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the names as if imported here
         ExperimentSpec,
         Imported,
         Options,
+        Reader,
         RunRecord,
         RunResult,
         RunSnapshots,
         Serving,
+        aanswer,
         aexperiment,
         afork,
+        answer,
         arecord,
         areplay,
         aresume,
         aserve,
+        awake,
         copy,
         diff,
         experiment,
@@ -94,6 +99,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the names as if imported here
         serve,
         show,
         snapshots,
+        wake,
     )
     from forkpoint.engine.changes import Change  # noqa: F401
     from forkpoint.engine.config import OnDivergence  # noqa: F401

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from forkpoint.cassettes.sqlite.store import SqliteStore
-from forkpoint.engine.config import EngineConfig, Routes
+from forkpoint.engine.config import EngineConfig, OnHangup, Routes
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.proxy import ProxyThread
 from forkpoint.testing.upstream import ScriptedUpstream
+from tests.pg import sharing_the_server
 
 # Tests of seconds each: marked `slow`, run by CI, skipped by `scripts/test -m "not slow"`.
 SLOW = ("stacks/", "testing/test_pytest_plugin", "compare/test_experiment_e2e", "agents/")
@@ -45,6 +46,14 @@ class RunningUpstream:
         if not self._thread.loop.is_closed():
             self._thread.call(self.upstream.close())
             self._thread.close()
+
+
+@pytest.fixture(autouse=True)
+def _shares_the_postgresql_server() -> Iterator[None]:
+    """Every test shares the PostgreSQL server with the other workers' (`tests.pg`): the few
+    that restart it wait until no other test runs."""
+    with sharing_the_server():
+        yield
 
 
 @pytest.fixture
@@ -83,8 +92,8 @@ def start_proxy(store: SqliteStore) -> Iterator:  # type: ignore[type-arg]
     """Start a proxy on the test's cassette: `start_proxy(upstream_url, **options)`."""
     threads: list[ProxyThread] = []
 
-    def start(upstream_url: str | None, *, routes=None, **options):  # type: ignore[no-untyped-def]
-        config = EngineConfig(routes=Routes.of(upstream_url, routes))
+    def start(upstream_url, *, routes=None, on_hangup=OnHangup.FINISH, **options):  # type: ignore[no-untyped-def]
+        config = EngineConfig(routes=Routes.of(upstream_url, routes), on_hangup=on_hangup)
         thread = ProxyThread(store, config, **options)
         threads.append(thread)
         thread.__enter__()

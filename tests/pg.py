@@ -7,16 +7,54 @@ FORKPOINT_TEST_POSTGRES=required (CI, and the machines that run one): then they 
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 SERVER = os.environ.get("FORKPOINT_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRED = os.environ.get("FORKPOINT_TEST_POSTGRES") == "required"
+
+
+# Tests run on several xdist workers share one server, and a few restart it: each test holds
+# this file's lock shared (tests/conftest.py), a restart holds it alone, so no other test is
+# cut off by it.
+_SERVER_LOCK = Path(tempfile.gettempdir()) / "forkpoint-tests-postgres.lock"
+_lock_fd: int | None = None
+
+
+def _lock() -> int:
+    global _lock_fd
+    if _lock_fd is None:
+        _lock_fd = os.open(_SERVER_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    return _lock_fd
+
+
+@contextmanager
+def sharing_the_server() -> Iterator[None]:
+    """Held by every test: a restart waits for the tests running on other workers."""
+    fcntl.flock(_lock(), fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        fcntl.flock(_lock(), fcntl.LOCK_UN)
+
+
+@contextmanager
+def server_alone() -> Iterator[None]:
+    """For a test that restarts the server: no other test runs meanwhile (then shared again)."""
+    fcntl.flock(_lock(), fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(_lock(), fcntl.LOCK_SH)
 
 
 def unavailable(why: str) -> None:

@@ -30,13 +30,14 @@ ORDER = {
     Exchange: ["run_id", "step", "method", "route", "request_headers", "request_body",
                "fingerprint", "status", "response_headers", "response_body", "chunks",
                "complete", "error", "origin", "upstream", "started_at", "ttfb_ms",
-               "duration_ms", "summary", "model_sent", "note", "pieces"],
+               "duration_ms", "summary", "model_sent", "note", "pieces",
+               "request_pieces", "asked_body"],
     Snapshot: ["run_id", "step", "adapter", "content_type", "data", "error", "taken_at",
                "duration_ms", "size"],
     Run: ["id", "name", "labels", "status", "mode", "parent_id", "fork_step", "change",
-          "created_at", "ended_at", "error"],
+          "created_at", "ended_at", "error", "owner"],
     Summary: ["kind", "dialect", "model", "usage", "tool_calls", "finish_reason", "text"],
-    Usage: ["input", "output", "cached", "reasoning"],
+    Usage: ["input", "output", "cached", "reasoning", "cache_write", "audio", "audio_seconds"],
     ToolCall: ["name", "arguments", "id"],
     Chunk: ["offset_ms", "data"],
     Piece: ["digest", "size", "offset_ms"],
@@ -55,7 +56,8 @@ def test_a_record_reads_back_equal_and_an_older_pickle_gets_the_new_fields_defau
     exchange = Exchange(
         "r", 2, "POST", "/v1/chat/completions", (("a", "b"),), b"{}", "fp", status=200,
         chunks=[Chunk(1.5, b"data: x\n\n")], summary=summary,
-        pieces=(Piece("ab" * 32, 10, 2.0),),
+        pieces=(Piece("ab" * 32, 10, 2.0),), request_pieces=(Piece("cd" * 32, 20, 1.0),),
+        asked_body=b'{"model": "m"}',
     )  # fmt: skip
     assert pickle.loads(pickle.dumps(exchange, pickle.HIGHEST_PROTOCOL)) == exchange
     run, snapshot = Run("r", labels={"k": "v"}), Snapshot("r", 1, "state", data=b"xyz")
@@ -65,10 +67,11 @@ def test_a_record_reads_back_equal_and_an_older_pickle_gets_the_new_fields_defau
 
     class Older:  # the exchange as a forkpoint from before `pieces` pickled it
         def __reduce__(self) -> tuple[object, ...]:
-            return cls, values[:-1]
+            return cls, values[:-3]
 
     read = pickle.loads(pickle.dumps(Older()))
     assert isinstance(read, Exchange) and read.pieces == () and read.summary == summary
+    assert read.request_pieces == () and read.asked_body is None
 
 
 def test_a_run_id_is_a_ulid_that_sorts_by_creation_time():

@@ -6,12 +6,20 @@ and `forkpoint replay`, which point it at their proxy. Its tools are HTTP calls 
 service (tools_service.py); under forkpoint they go through the proxy too, by FORKPOINT_URL,
 so a replay serves the tools' answers as well as the model's. Its one line of forkpoint is
 `attach`, which keeps its conversation in a state forkpoint can snapshot and restore (a resume
-after a crash, a fork); without forkpoint it is a plain dict.
+after a crash, a fork, a wake); without forkpoint it is a plain dict.
+
+A refund over the approval limit needs a person's yes: before issuing it, the agent asks the
+tool service's approval endpoint (`POST /approvals`, the refund's details) and waits for the
+answer, which the tool service gives itself. Under `forkpoint record --park 'POST
+/tools/approvals*'` that request parks the run instead (the agent's process is ended while
+the person thinks), and `forkpoint answer RUN --body '{"approved": true, "by": "alice"}'`
+wakes it to go on from there.
 
     python examples/support_agent/agent.py "Please refund order A1001, the shoes don't fit."
 
 Env: SUPPORT_MODEL (default gpt-4o-mini), SUPPORT_TOOLS_URL (default $FORKPOINT_URL/tools,
-else http://127.0.0.1:8790).
+else http://127.0.0.1:8790), SUPPORT_APPROVAL_LIMIT (default 100: a refund over it needs
+approval).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ DEFAULT_TICKET = (
     "Hi, I ordered trail running shoes (order A1001) and they don't fit. Can I get my money back?"
 )
 MAX_TURNS = 8  # a model that keeps calling tools is stopped here rather than looping forever
+APPROVAL_LIMIT = 100.0  # a refund over this needs a person's approval (SUPPORT_APPROVAL_LIMIT)
 SYSTEM = (
     "You are a customer-support agent for an online shop. Use the tools: look the order up, "
     "read the refund policy, and issue a refund only if the policy allows it, for at most the "
@@ -97,7 +106,43 @@ def run_tool(base_url: str, call: ToolCall) -> str:
         method, path, payload = _tool_request(call.name, json.loads(call.arguments or "{}"))
     except (ValueError, KeyError, TypeError) as error:  # the model's mistake: tell it
         return json.dumps({"error": f"bad call to {call.name}: {error!r}"})
+    if path == "/refunds" and float(payload["amount"]) > approval_limit():
+        return _approved_refund(base_url, payload)
     return _http(base_url, method, path, payload)
+
+
+def approval_limit() -> float:
+    return float(os.environ.get("SUPPORT_APPROVAL_LIMIT", APPROVAL_LIMIT))
+
+
+def _approved_refund(base_url: str, refund: dict[str, Any]) -> str:
+    """A refund over the limit: a person approves it first (`POST /approvals`, waiting as long
+    as they take), then it is issued with the approval noted, or refused saying who denied it
+    (any answer but `"approved": true` is a no: a deadline's timeout, an error)."""
+    limit = approval_limit()
+    print(f"agent: a refund of ${refund['amount']:.2f} is over the ${limit:.2f} limit: "
+          "asking for approval", file=sys.stderr, flush=True)  # fmt: skip
+    asked = {"action": "refund", **refund, "limit": limit}
+    try:
+        answer = json.loads(_http(base_url, "POST", "/approvals", asked, timeout=None))
+    except ValueError:
+        answer = {}
+    if not isinstance(answer, dict):
+        answer = {}
+    by = str(answer.get("by") or "the approver")
+    if answer.get("approved") is not True:
+        why = answer.get("note") or answer.get("error") or "no reason given"
+        if isinstance(why, dict):  # an error in an API's shape (a deadline's timeout)
+            why = why.get("message", why)
+        print(f"agent: not approved ({by})", file=sys.stderr)
+        return json.dumps(
+            {"error": f"a refund over ${limit:.2f} needs approval, and {by} did not give it: {why}"}
+        )
+    print(f"agent: approved by {by}", file=sys.stderr)
+    issued = json.loads(_http(base_url, "POST", "/refunds", refund))
+    if isinstance(issued, dict) and "error" not in issued:
+        issued["approved_by"] = by
+    return json.dumps(issued)
 
 
 def _tool_request(name: str, arguments: dict[str, Any]) -> tuple[str, str, Any]:
@@ -115,7 +160,9 @@ def _tool_request(name: str, arguments: dict[str, Any]) -> tuple[str, str, Any]:
     raise ValueError(f"no tool named {name!r}")
 
 
-def _http(base_url: str, method: str, path: str, payload: Any = None) -> str:
+def _http(
+    base_url: str, method: str, path: str, payload: Any = None, *, timeout: float | None = 30
+) -> str:
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(
         base_url + path,
@@ -124,7 +171,7 @@ def _http(base_url: str, method: str, path: str, payload: Any = None) -> str:
         headers={"Content-Type": "application/json", "Accept": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.read().decode()
     except urllib.error.HTTPError as error:  # a refusal or a bad request: the model should see it
         with error:
@@ -170,12 +217,27 @@ def model_turn(client: OpenAI, model: str, messages: list[ChatCompletionMessageP
     return turn
 
 
+def unanswered(messages: list[ChatCompletionMessageParam]) -> list[ToolCall]:
+    """The tool calls of the last assistant message that have no result after it yet."""
+    for at in range(len(messages) - 1, -1, -1):
+        message: Any = messages[at]
+        if message["role"] == "assistant":
+            done = {m.get("tool_call_id") for m in messages[at + 1 :]}
+            return [
+                ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+                for c in message.get("tool_calls") or ()
+                if c["id"] not in done
+            ]
+    return []
+
+
 def handle(ticket: str) -> str:
     """Work the ticket to an answer: call the model, run the tools it asks for, repeat.
 
     The conversation and the tools called so far live in `state`, which forkpoint snapshots at
-    each model call and gives back on a fork or a resume (outside forkpoint it is a plain
-    dict). Returns the answer, or "" when the model still wants tools after MAX_TURNS calls.
+    each model call (and as a run parks, mid-call) and gives back on a fork, a resume or a wake
+    (outside forkpoint it is a plain dict). Returns the answer, or "" when the model still
+    wants tools after MAX_TURNS calls.
     """
     client = OpenAI()
     model = os.environ.get("SUPPORT_MODEL", "gpt-4o-mini")
@@ -191,12 +253,24 @@ def handle(ticket: str) -> str:
               f"{len(state['called'])} tool calls already done", file=sys.stderr)  # fmt: skip
     messages: list[ChatCompletionMessageParam] = state["messages"]
     called: list[str] = state["called"]
-    tokens, turn = 0, None
-    while state["model_calls"] < MAX_TURNS:
+    tokens, answer = 0, ""
+    while True:
+        # the model's calls still without a result: none, unless the state was pulled while
+        # a tool ran (a park waiting on approval), so a woken agent goes on from that call
+        for call in unanswered(messages):
+            result = run_tool(base_url, call)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+            called.append(f"{call.name}({call.arguments})")
+            if len(called) == crash_after:
+                print(f"agent: crashing on purpose after {crash_after} tool calls", file=sys.stderr)
+                os.kill(os.getpid(), signal.SIGKILL)
+        if state["model_calls"] >= MAX_TURNS:
+            break
         turn = model_turn(client, model, messages)
         state["model_calls"] += 1
         tokens += turn.tokens
         if not turn.calls:
+            answer = turn.text
             break
         messages.append({
             "role": "assistant",
@@ -207,14 +281,6 @@ def handle(ticket: str) -> str:
                 for c in turn.calls
             ],
         })  # fmt: skip
-        for call in turn.calls:
-            result = run_tool(base_url, call)
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-            called.append(f"{call.name}({call.arguments})")
-            if len(called) == crash_after:
-                print(f"agent: crashing on purpose after {crash_after} tool calls", file=sys.stderr)
-                os.kill(os.getpid(), signal.SIGKILL)
-    answer = "" if turn is None or turn.calls else turn.text
     print(
         f"agent: {state['model_calls']} model calls, {tokens} tokens this time; "
         f"tools: {', '.join(called) or 'none'}" + ("" if answer else "; no answer"),

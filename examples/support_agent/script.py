@@ -1,7 +1,8 @@
 """The model's side of the support agent, scripted, so the example runs offline and free.
 
 `support_script` plays a model that works a refund ticket the way a good one would: look the
-order up, read the refund policy, issue the refund if the order qualifies, then answer. It
+order up, read the refund policy, issue the refund if the order qualifies, then answer (naming
+who approved a refund that needed approval, or why it was not issued). It
 decides from what the tools returned (the history), not from a fixed order, so a ticket for an
 ineligible order skips the refund. The answer's wording depends on the model name: "mini" and
 "nano" models are terse, others chatty, so a fork with `--model` shows in the output.
@@ -75,13 +76,15 @@ def _answer(
 ) -> str:
     order_id, amount = order["order_id"], f"${order['amount']:.2f}"
     if refusal is None and refund is not None:
+        approved = f", approved by {refund['approved_by']}" if refund.get("approved_by") else ""
+        issued = f"{refund['refund_id']}{approved}"
         if terse:
-            return f"Refund of {amount} issued for order {order_id} ({refund['refund_id']})."
+            return f"Refund of {amount} issued for order {order_id} ({issued})."
         return (
             f"Good news! Order {order_id} ({order['item']}) was delivered "
             f"{order['days_since_delivery']} days ago, which is within our refund window, so "
-            f"I have issued a full refund of {amount} (refund {refund['refund_id']}). It should "
-            "reach your original payment method within 5-10 business days."
+            f"I have issued a full refund of {amount} (refund {issued}). "
+            "It should reach your original payment method within 5-10 business days."
         )
     if terse:
         return f"No refund for order {order_id} ({amount}): {refusal}."

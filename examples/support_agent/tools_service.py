@@ -1,8 +1,11 @@
-"""The support agent's tool API: orders, the refund policy and refunds, over plain HTTP.
+"""The support agent's tool API: orders, the refund policy, refunds and approvals, over HTTP.
 
 A stand-in for a shop's backend, so the example agent has real HTTP tools for forkpoint to
 record and replay. Delivery dates are relative to today, so the refund window behaves the same
 whenever the demo runs. State lives in memory: an issued refund marks its order refunded.
+`POST /approvals` is where a person would approve a large refund; with no one to ask, the
+service approves it itself, so the example runs without forkpoint (under `--park`, forkpoint
+keeps the request for a person's `forkpoint answer` instead).
 
     python examples/support_agent/tools_service.py --port 8790
 """
@@ -36,6 +39,9 @@ _ORDERS: dict[str, tuple[str, float, str, int | None]] = {
 
 ORDERS = web.AppKey("orders", dict[str, dict[str, Any]])
 REFUNDS = web.AppKey("refunds", list[dict[str, Any]])
+APPROVALS = web.AppKey("approvals", list[dict[str, Any]])
+# What the service answers an approval request itself: a yes, saying no one was asked.
+AUTO_APPROVAL = {"approved": True, "by": "auto-approval", "note": "no one to ask"}
 
 
 def create_app(today: datetime.date | None = None) -> web.Application:
@@ -47,9 +53,11 @@ def create_app(today: datetime.date | None = None) -> web.Application:
         for order_id, (item, amount, status, days) in _ORDERS.items()
     }
     app[REFUNDS] = []
+    app[APPROVALS] = []
     app.router.add_get("/orders/{order_id}", lookup_order)
     app.router.add_get("/refund-policy", refund_policy)
     app.router.add_post("/refunds", issue_refund)
+    app.router.add_post("/approvals", approve)
     return app
 
 
@@ -101,6 +109,16 @@ async def issue_refund(request: web.Request) -> web.Response:
     refunds.append(refund)
     order["status"] = "refunded"
     return web.json_response(refund, status=201)
+
+
+async def approve(request: web.Request) -> web.Response:
+    """An approval request (what it would do, with its details): approved, as no one is here."""
+    try:
+        asked = await request.json()
+    except ValueError:
+        return _error(400, "send the action to approve as JSON")
+    request.app[APPROVALS].append(asked)
+    return web.json_response(AUTO_APPROVAL)
 
 
 def _refusal(order: dict[str, Any], amount: float) -> str | None:

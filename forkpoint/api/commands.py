@@ -10,33 +10,36 @@ running event loop included (a notebook).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote
 
 from forkpoint.adapters.workspace import WorkspaceAdapter
 from forkpoint.api.env import agent_env
 from forkpoint.api.options import Options, engine_config, store_location
-from forkpoint.api.results import RunResult
+from forkpoint.api.parking import launch_of
+from forkpoint.api.results import RunResult, unserved_error
 from forkpoint.api.sync import run_sync
 from forkpoint.cassettes.open import open_store
 from forkpoint.cassettes.store import Store
 from forkpoint.doors.reach import TOKEN_PREFIX, token_for
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
-from forkpoint.engine.session import Session, check_fork_step
+from forkpoint.engine.session import Replayed, Session, check_fork_step
 from forkpoint.errors import ConfigError
-from forkpoint.models import RunStatus, new_run_id
+from forkpoint.models import Launch, RunStatus, new_run_id
+from forkpoint.runtime import terminal
 
 if TYPE_CHECKING:
     from forkpoint.runtime.proxy import Proxy
 
 __all__ = ["afork", "arecord", "areplay", "aresume", "fork", "record", "replay", "resume"]
 
-Opener = Callable[["Proxy"], Awaitable[Session]]
+Opener = Callable[["Proxy"], Coroutine[Any, Any, Session]]
 
 
 async def arecord(cmd: Sequence[str], options: Options = Options()) -> RunResult:
@@ -45,7 +48,7 @@ async def arecord(cmd: Sequence[str], options: Options = Options()) -> RunResult
     run_id = new_run_id()
 
     def start(store: Store) -> tuple[EngineConfig, Opener]:
-        config = engine_config(options, live=True)
+        config = engine_config(options, live=True, env=_env(options))
         return config, lambda proxy: proxy.sessions.record(
             run_id=run_id, name=options.name, labels=dict(options.labels)
         )
@@ -65,7 +68,7 @@ async def areplay(run: str, cmd: Sequence[str], options: Options = Options()) ->
     def start(store: Store) -> tuple[EngineConfig, Opener]:
         source = store.find_run(run)
         recorded = store.exchanges(source.id, bodies=False) if live else []
-        config = engine_config(options, live=live, recorded=recorded)
+        config = engine_config(options, live=live, recorded=recorded, env=_env(options))
         return config, lambda proxy: proxy.sessions.replay(
             source.id, run_id=run_id, name=options.name, on_divergence=options.on_divergence
         )
@@ -89,7 +92,7 @@ async def afork(
         parent = store.find_run(run)
         recorded = store.exchanges(parent.id, bodies=False)
         check_fork_step(parent.id, at, len(recorded))
-        config = engine_config(options, live=True, recorded=recorded)
+        config = engine_config(options, live=True, recorded=recorded, env=_env(options))
         return config, lambda proxy: proxy.sessions.fork(
             parent.id, at=at, change=change, on_divergence=options.on_divergence,
             restore=options.restore, run_id=run_id, name=options.name,
@@ -115,12 +118,22 @@ async def aresume(run: str, cmd: Sequence[str], options: Options = Options()) ->
             )
         found.append(resumed.id)
         recorded = store.exchanges(resumed.id, bodies=False)
-        config = engine_config(options, live=True, recorded=recorded)
-        return config, lambda proxy: proxy.sessions.resume(
-            resumed.id, on_divergence=options.on_divergence
-        )
+        config = engine_config(options, live=True, recorded=recorded, env=_env(options))
+        return config, lambda proxy: open_resume(proxy, resumed.id, options)
 
     return await _run(cmd, options, lambda: found[0], start, offline=False)
+
+
+def open_resume(
+    proxy: Proxy, run_id: str, options: Options, *, default: bool = True
+) -> Coroutine[Any, Any, Session]:
+    """What a resume is, in whichever proxy serves it (its own, or `serve`'s for a wake):
+    run `run_id`'s session opened, known by its id while it loads (its latest snapshots to
+    restore, every answer it holds served from the store, then live in the same run; a
+    finished run is refused). `default`: requests naming no run get it."""
+    return proxy.sessions.resume(
+        run_id, on_divergence=options.on_divergence, run_id=run_id, default=default
+    )
 
 
 def record(cmd: Sequence[str], options: Options = Options()) -> RunResult:
@@ -175,6 +188,9 @@ async def _run(
     try:
         config, open_session = await asyncio.to_thread(start, store)
         the_run = run_id if isinstance(run_id, str) else run_id()
+        # Read before the command starts: once the proxy listens, nothing may be awaited
+        # before its session opens, or an early request would open a run of its own.
+        launch = await _launch(store, the_run, cmd, options) if config.parking.on else None
         # Started before the proxy when nothing it needs comes from the proxy: the
         # interceptor's address and CA, files put back, a token made up for a wider bind.
         token, made = token_for(options.host, options.token)
@@ -200,8 +216,15 @@ async def _run(
                 await _stop(process)
             listening.close()
             raise
+        if launch is not None:  # kept with the run when it parks, so a wake can start it again
+            proxy.parking.launches[the_run] = launch
+        if process is not None:
+            proxy.parking.agent(the_run, process.pid)
         # The run loads while the command starts: its requests wait for it, not the reverse.
-        opening = asyncio.ensure_future(open_session(proxy))
+        # Started eagerly: the session is known by its run id before any request is read.
+        opening = asyncio.Task(
+            open_session(proxy), loop=asyncio.get_running_loop(), eager_start=True
+        )
         if process is None:
             try:
                 if options.workspace is not None:  # the files back before the command reads them
@@ -213,6 +236,7 @@ async def _run(
                     extra = proxy.interceptor.env(the_run, options.env or os.environ)
                 url = _url(listening, proxy.token)
                 process = await _spawn(cmd, url, the_run, options, offline=offline, extra=extra)
+                proxy.parking.agent(the_run, process.pid)
             except BaseException as error:  # a refused snapshot, a command that cannot start
                 await _abandon(opening)
                 await proxy.stop(RunStatus.CRASHED, error=str(error))
@@ -224,13 +248,52 @@ async def _run(
             await proxy.stop(RunStatus.CRASHED, error="the run could not be loaded")
             raise
         exit_code = await _wait(process)
-        status = RunStatus.FINISHED if exit_code == 0 else RunStatus.CRASHED
-        failure = None if exit_code == 0 else f"command exited with {exit_code}"
-        await proxy.stop(status, error=failure)
+        ended = outcome(session, exit_code, allow_unserved=options.allow_unserved)
+        if ended.status is RunStatus.PARKED:  # its agent was ended by parking, not crashed
+            await proxy.stop(RunStatus.PARKED)  # a --park-after upstream's answer read first
+            parked = await asyncio.to_thread(store.parked, the_run)
+            steps = await asyncio.to_thread(store.step_count, the_run)
+            return RunResult(the_run, exit_code, RunStatus.PARKED, steps, parked=parked)
+        await proxy.stop(ended.status, error=ended.error)
         steps = await asyncio.to_thread(store.step_count, the_run)
-        return RunResult(the_run, exit_code, session.run.status, steps)
+        return RunResult(
+            the_run, exit_code, session.run.status, steps, recorded=ended.replayed.owed,
+            unserved=ended.replayed.unserved, unapplied=ended.unapplied,
+        )  # fmt: skip
     finally:
         store.close()
+
+
+class Outcome(NamedTuple):
+    """How a run ends with its command: `parked` (its agent ended by parking), `finished` or
+    `crashed` by the exit code, with why; what of its recording it was served."""
+
+    status: RunStatus
+    error: str | None
+    replayed: Replayed
+    unapplied: tuple[str, ...]
+
+
+def outcome(session: Session, exit_code: int, *, allow_unserved: bool) -> Outcome:
+    """How the session's run ends now that its command exited with `exit_code`: every verb's
+    rule, and a wake's in `serve`. A replay that left recorded exchanges unserved fails."""
+    replayed = session.replayed()
+    if session.run.status is RunStatus.PARKED:
+        return Outcome(RunStatus.PARKED, None, replayed, ())
+    status = RunStatus.FINISHED if exit_code == 0 else RunStatus.CRASHED
+    failure = None if exit_code == 0 else f"command exited with {exit_code}"
+    unapplied = _unapplied(session)
+    if failure is None and replayed.unserved and not allow_unserved:
+        failure = unserved_error(replayed.owed, replayed.unserved)
+    return Outcome(status, failure, replayed, unapplied)
+
+
+def _unapplied(session: Session) -> tuple[str, ...]:
+    """What of a fork's change touched no request; the run's change says so too."""
+    unapplied = tuple(sorted(session.change.rewritten() - session.applied))
+    if unapplied and session.run.change is not None:
+        session.run.change["unapplied"] = list(unapplied)
+    return unapplied
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -258,12 +321,46 @@ async def _spawn(
     offline: bool,
     extra: Mapping[str, str] | None = None,
 ) -> asyncio.subprocess.Process:
-    env = agent_env(url, run_id, offline=offline, base=options.env or os.environ)
+    """Start the command in a process group of its own (parking ends the whole group, never
+    forkpoint), given the terminal's foreground when forkpoint has it, so Ctrl-C reaches it."""
+    env = agent_env(url, run_id, offline=offline, base=_env(options))
     env.update(extra or {})
+    cwd = None if options.cwd is None else os.fspath(options.cwd)
+    return await start_agent(cmd, env, cwd=cwd)
+
+
+async def start_agent(
+    cmd: Sequence[str], env: Mapping[str, str], *, cwd: str | None, foreground: bool = True
+) -> asyncio.subprocess.Process:
+    """Start an agent in a process group of its own (parking ends the whole group, never
+    forkpoint), ended when forkpoint dies. `foreground`: given the terminal's foreground when
+    forkpoint has it, so Ctrl-C reaches it; else in a session of its own, as `serve` starts a
+    woken agent (serve keeps its terminal)."""
+    # preexec_fn, not process_group=0: uvloop takes only the former
+    own = terminal.own_group if foreground else terminal.own_session
     try:
-        return await asyncio.create_subprocess_exec(*cmd, env=env)
+        process = await asyncio.create_subprocess_exec(
+            *cmd, env=dict(env), cwd=cwd, preexec_fn=own
+        )
     except OSError as error:
         raise ConfigError(f"cannot start {cmd[0]!r}: {error}") from error
+    if foreground:
+        terminal.hand(process.pid)
+    return process
+
+
+async def _launch(store: Store, run_id: str, cmd: Sequence[str], options: Options) -> Launch:
+    """How the command started, for the run to keep; a woken run keeps the waker it had."""
+    before = await asyncio.to_thread(store.launch, run_id)
+    waker = None if before is None or options.on_wake else before.waker
+    if before is not None and not options.on_wake and before.on_wake:
+        options = dataclasses.replace(options, on_wake=before.on_wake)
+    return launch_of(run_id, cmd, options, env=_env(options), waker=waker)
+
+
+def _env(options: Options) -> Mapping[str, str]:
+    """The command's environment, as the user gave it: its clients' variables name upstreams."""
+    return options.env or os.environ
 
 
 async def _stop(process: asyncio.subprocess.Process) -> None:
@@ -280,6 +377,8 @@ async def _wait(process: asyncio.subprocess.Process) -> int:
     except asyncio.CancelledError:
         process.send_signal(signal.SIGTERM)
         return await process.wait()
+    finally:
+        terminal.take_back()
 
 
 async def _abandon(opening: asyncio.Future[Session]) -> None:

@@ -6,6 +6,9 @@
     normalize = ['Request-Id: \\w+', "myproject.matching:normalize"]   # regexes or functions
     optional = ["POST /telemetry.example.com/*"]           # side calls: never a divergence
 
+    [agents]                                               # what `forkpoint worker` may run
+    support = "python examples/support_agent/agent.py {label:ticket}"
+
 The file is looked for in the current directory, then in each parent, and the first
 directory that has one gives it (`forkpoint.toml` before a pyproject.toml that has the
 table). Its settings come before those of the command line, the API's `Options` and the
@@ -28,7 +31,7 @@ from forkpoint.importing import load_function, looks_like_ref
 __all__ = ["FILE_NAME", "ProjectConfig", "find_project_config", "normalizer"]
 
 FILE_NAME = "forkpoint.toml"
-KEYS = ("ignore", "normalize", "optional")
+KEYS = ("ignore", "normalize", "optional", "agents")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,7 @@ class ProjectConfig:
     ignore: tuple[str, ...] = ()
     normalize: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
+    agents: tuple[tuple[str, str], ...] = ()  # (name, command template) for workers
     source: Path | None = None
 
 
@@ -97,8 +101,14 @@ def _parse(table: Any, path: Path, *, where: str = "") -> ProjectConfig:
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         raise ConfigError(f"{name}: unknown keys {unknown}; known: {list(KEYS)}")
-    lists = {key: _strings(table.get(key, []), f"{name}: {key}") for key in KEYS}
-    return ProjectConfig(**lists, source=path)
+    lists = {key: _strings(table.get(key, []), f"{name}: {key}") for key in KEYS[:3]}
+    return ProjectConfig(**lists, agents=_agents(table.get("agents", {}), name), source=path)
+
+
+def _agents(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(isinstance(c, str) for c in value.values()):
+        raise ConfigError(f'{where}: agents must be a table of NAME = "COMMAND"')
+    return tuple(value.items())
 
 
 def _strings(value: Any, what: str) -> tuple[str, ...]:

@@ -21,25 +21,31 @@ import asyncio
 import re
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from forkpoint.api.commands import fork
+from forkpoint.api.commands import afork
+from forkpoint.api.mocks import parse_mock
 from forkpoint.api.options import Options, store_location
+from forkpoint.api.sync import run_sync
 from forkpoint.cassettes.open import open_store
 from forkpoint.cassettes.store import Store, StoredBranch, StoredExperiment
 from forkpoint.compare.experiment_check import Check, CheckRun, load_check
 from forkpoint.compare.experiment_results import Experiment, load_experiment
 from forkpoint.compare.experiment_select import select_runs
 from forkpoint.engine.changes import Change
-from forkpoint.errors import ConfigError, ForkpointError
+from forkpoint.engine.config import OnDivergence
+from forkpoint.engine.urls import without_userinfo
+from forkpoint.errors import CassetteError, ConfigError, ForkpointError
 from forkpoint.models import Exchange, Kind, Origin, Run, RunStatus
 
-__all__ = ["ExperimentSpec", "aexperiment", "experiment", "fork_step", "substitute"]
+__all__ = [
+    "ExperimentSpec", "Prober", "aexperiment", "experiment", "fork_step", "substitute",
+]  # fmt: skip
 
 AT_NAMES = ("first-llm", "last-llm")
 _PLACEHOLDER = re.compile(r"\{(run|name|label:[^{}]+)\}")
@@ -59,9 +65,11 @@ class ExperimentSpec:
     check: str | None = None
     concurrency: int = 4
     name: str | None = None  # None: exp-YYYYMMDD-HHMMSS
+    agent: str | None = None  # on workers: the agent a job names, in place of `command`
 
     def to_json(self, options: Options) -> dict[str, Any]:
-        return {
+        on_workers = {"agent": self.agent} if self.agent else {}
+        return on_workers | {
             "runs": list(self.runs),
             "select": list(self.select),
             "at": self.at,
@@ -71,10 +79,41 @@ class ExperimentSpec:
             "concurrency": self.concurrency,
             "on_divergence": options.on_divergence.value,
             "restore": options.restore,
-            "upstream": options.upstream,
-            "routes": dict(options.routes),
+            "upstream": options.upstream and without_userinfo(options.upstream),
+            "routes": {name: without_userinfo(url) for name, url in options.routes.items()},
             "labels": dict(options.labels),
         }
+
+
+def stored_spec(name: str, document: Mapping[str, Any]) -> tuple[ExperimentSpec, Options]:
+    """The spec and the options of experiment `name` as `to_json` stored them: what a worker
+    runs a probe with (the store it forks in and the agent's command are its own)."""
+    change = document.get("change") or {}
+    spec = ExperimentSpec(
+        command=tuple(document.get("command") or ()),
+        at=str(document["at"]),
+        runs=tuple(document.get("runs") or ()),
+        select=tuple(document.get("select") or ()),
+        change=Change(
+            model=change.get("model"),
+            upstream=change.get("upstream"),
+            system_prompt=change.get("system_prompt"),
+            patch=tuple(change.get("patch") or ()),
+            mocks=tuple(parse_mock(text) for text in change.get("mocks") or ()),
+        ),
+        check=document.get("check"),
+        concurrency=int(document.get("concurrency") or 1),
+        name=name,
+        agent=document.get("agent"),
+    )
+    options = Options(
+        on_divergence=OnDivergence(document.get("on_divergence", OnDivergence.FAIL.value)),
+        restore=bool(document.get("restore", True)),
+        upstream=document.get("upstream"),
+        routes=dict(document.get("routes") or {}),
+        labels=dict(document.get("labels") or {}),
+    )
+    return spec, options
 
 
 def fork_step(at: str, run: Run, exchanges: Sequence[Exchange]) -> int:
@@ -118,10 +157,7 @@ def experiment(
     progress reports. Raises ConfigError before forking anything when no run is selected, the
     check cannot be loaded, `at` is not a step or the name is taken.
     """
-    if spec.at not in AT_NAMES and not spec.at.isdigit():
-        raise ConfigError(f"--at {spec.at!r}: give a step number, first-llm or last-llm")
-    if spec.concurrency < 1:
-        raise ConfigError("--concurrency must be 1 or more")
+    check_spec(spec)
     path = store_location(options.cassette)
     store = open_store(path, create=False)
     try:
@@ -129,14 +165,14 @@ def experiment(
         if not sources:
             raise ConfigError(f"no run in {path} matches {' '.join(spec.select)}")
         check = load_check(spec.check) if spec.check else None
-        name = spec.name or _default_name(store)
+        name = spec.name or default_name(store)
         store.create_experiment(StoredExperiment(name, time.time(), None, spec.to_json(options)))
-        forker = _Forker(spec, options, name, store, check)
+        prober = Prober(spec, options, name, store, check, spec.command)
         with tempfile.TemporaryDirectory(prefix="forkpoint-experiment-") as logs:
             pool = ThreadPoolExecutor(spec.concurrency, thread_name_prefix="forkpoint-fork")
             try:
                 futures: dict[Future[StoredBranch], Run] = {
-                    pool.submit(forker.fork, seq, source, Path(logs)): source
+                    pool.submit(prober.run, seq, source, Path(logs)): source
                     for seq, source in enumerate(sources)
                 }
                 for future in as_completed(futures):
@@ -152,6 +188,14 @@ def experiment(
         store.close()
 
 
+def check_spec(spec: ExperimentSpec) -> None:
+    """Refuse a spec whose fork step or concurrency cannot be, before anything is stored."""
+    if spec.at not in AT_NAMES and not spec.at.isdigit():
+        raise ConfigError(f"--at {spec.at!r}: give a step number, first-llm or last-llm")
+    if spec.concurrency < 1:
+        raise ConfigError("--concurrency must be 1 or more")
+
+
 async def aexperiment(
     spec: ExperimentSpec, options: Options = Options(), *, on_branch: OnBranch | None = None
 ) -> Experiment:
@@ -159,30 +203,47 @@ async def aexperiment(
     return await asyncio.to_thread(experiment, spec, options, on_branch=on_branch)
 
 
-def _default_name(store: Store) -> str:
+def default_name(store: Store) -> str:
     taken = {experiment.name for experiment in store.list_experiments()}
     base = datetime.now().strftime("exp-%Y%m%d-%H%M%S")
     return next(n for n in (base, *(f"{base}-{i}" for i in range(2, 1000))) if n not in taken)
 
 
 @dataclass(frozen=True, slots=True)
-class _Forker:
-    """Forks one selected run and judges the branch; called on the pool's threads."""
+class Prober:
+    """One probe of an experiment: fork one selected run with the change, judge the branch.
+
+    The local pool (`experiment`, a thread and an event loop per probe) and a worker (a job,
+    on the worker's loop: `forkpoint.workers`) run this same probe: one code path, two ways to
+    schedule it. `command` is the template `substitute` fills in: the experiment's own
+    locally, the worker's for the agent a job names. The store is shared: it serializes its
+    calls, which run on threads so a worker's loop never waits on them.
+    """
 
     spec: ExperimentSpec
     options: Options
     name: str
-    store: Store  # shared: it serializes its calls
+    store: Store
     check: Check | None
+    command: tuple[str, ...]
+    # A worker's: a store that cannot be reached (restarting) fails the try, to be retried,
+    # rather than stand as the probe's result. Locally it is the result, as it always was.
+    store_errors_retry: bool = False
 
-    def fork(self, seq: int, source: Run, logs: Path) -> StoredBranch:
+    def run(self, seq: int, source: Run, logs: Path) -> StoredBranch:
+        """`probe` on an event loop of this thread's own (the local pool's threads)."""
+        return run_sync(self.probe(seq, source, logs))
+
+    async def probe(self, seq: int, source: Run, logs: Path) -> StoredBranch:
+        """Fork `source` (the `seq`th selected run), its agent's output in a log under `logs`;
+        the branch to store, or the error that left it without one."""
         result: dict[str, Any] = {"at": None}
         try:
-            recorded = self.store.exchanges(source.id, bodies=False)
+            recorded = await asyncio.to_thread(self.store.exchanges, source.id, bodies=False)
             result["at"] = at = fork_step(self.spec.at, source, recorded)
-            command = substitute(self.spec.command, source)
+            command = substitute(self.command, source)
         except ForkpointError as error:
-            return StoredBranch(seq, source.id, None, str(error), result)
+            return self._failed(error, StoredBranch(seq, source.id, None, str(error), result))
         log = logs / f"{seq}.log"
         try:
             options = replace(
@@ -190,15 +251,25 @@ class _Forker:
                 name=f"{self.name}/{source.name or source.id}",
                 labels={**source.labels, **self.options.labels, "experiment": self.name},
             )
-            forked = fork(
+            forked = await afork(
                 source.id, _logged(command, log), at=at, change=self.spec.change, options=options
             )
         except (ForkpointError, OSError) as error:
-            return StoredBranch(seq, source.id, None, str(error), result)
+            return self._failed(error, StoredBranch(seq, source.id, None, str(error), result))
         result["exit_code"] = forked.exit_code
-        branch = self.store.get_run(forked.run_id)
+        return await asyncio.to_thread(self._judged, seq, source, forked.run_id, log, result)
+
+    def _failed(self, error: Exception, branch: StoredBranch) -> StoredBranch:
+        if self.store_errors_retry and isinstance(error, CassetteError):
+            raise error
+        return branch
+
+    def _judged(
+        self, seq: int, source: Run, branch_id: str, log: Path, result: dict[str, Any]
+    ) -> StoredBranch:
+        branch = self.store.get_run(branch_id)
         steps = self.store.exchanges(branch.id, bodies=False)
-        failure = _failure(branch, steps, forked.exit_code, log)
+        failure = _failure(branch, steps, result["exit_code"], log)
         if self.check is not None:
             parent = CheckRun(source, self.store.exchanges(source.id))
             result["parent_check"] = self.check(parent).to_json()

@@ -15,18 +15,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from forkpoint.api.config import ProjectConfig, find_project_config, normalizer
+from forkpoint.api.env import client_routes
 from forkpoint.cassettes.sqlite import DEFAULT_PATH
+from forkpoint.cassettes.store import WAKE_LEASE
 from forkpoint.engine.config import (
     DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
     DEFAULT_UPSTREAM,
     EngineConfig,
     OnDivergence,
+    OnHangup,
     Routes,
 )
 from forkpoint.engine.matching import DEFAULT_VOLATILE, MatchConfig, Normalizer
 from forkpoint.engine.optional import DEFAULT_OPTIONAL
 from forkpoint.engine.pace import Pace
+from forkpoint.engine.parking import Parking
 from forkpoint.engine.redaction import Redaction
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.models import Exchange
@@ -43,17 +47,23 @@ class Options:
         `postgresql://` URL [default: $FORKPOINT_STORE, else $FORKPOINT_CASSETTE, else
         .forkpoint/forkpoint.db].
     upstream, routes: where live requests go (`routes` maps a path prefix to a base URL, beside
-        the built-in `anthropic`). Unset, a recording goes to api.openai.com and a fork or a
-        resume to the upstreams its run was recorded against.
+        the built-in `anthropic`, `gemini`…). Unset, a recording goes where the command's own
+        base-URL variables pointed (`OLLAMA_HOST`…: `api.env.CLIENTS`), else to the provider
+        (api.openai.com for the default route), and a fork or a resume to the upstreams its
+        run was recorded against.
     name, labels: the new run's.
     host, port: where the proxy listens (port 0: a free one).
     read_timeout: how long an upstream may stall (s); max_body: the largest request (bytes).
     max_record_body: a cap on what of a response body is recorded (bytes; None, the default:
         every byte, in pieces past 4 MiB); the agent gets it all, the cassette what was kept,
         marked incomplete.
-    client_timeout: how long an agent may take sending a request head, stall in its body, or
-        keep an idle connection (s).
+    client_timeout: how long an agent may take sending a request (its head, then its body,
+        however often a byte comes), or keep an idle connection (s).
     pace: how replayed streams are timed. on_divergence: a request the recording lacks.
+    on_hangup: a live answer under way when its agent hangs up: read to its end and kept
+        whole (`finish`, the default: a resume serves it at no cost), or recorded cut.
+    allow_unserved: a replay (or a fork's or a resume's replayed steps) may leave recorded
+        exchanges unserved; else its run's error names them (and the CLI exits 4).
     restore: give a fork's agent its state snapshot (else it starts fresh).
     workspace: a directory snapshotted with the run and restored on fork and resume.
     snapshots: when agent state is pulled. intercept: also serve as an HTTPS proxy.
@@ -69,6 +79,16 @@ class Options:
     adapter_hosts: hosts beside loopback whose adapter URLs the proxy may fetch.
     token: what every request must carry (`forkpoint.doors.auth`); unset, a proxy bound
         beyond loopback makes one up.
+    park: `[METHOD ]GLOB` routes whose requests park their run (sent nowhere: they wait for
+        an answer, `forkpoint answer`); park_after: a request still without an answer from
+        its upstream after this long (`30s`, `5m`) parks its run while the proxy keeps
+        waiting; park_timeout: a park's deadline, answered as the upstream's timeout would be.
+    on_wake: a command that starts a woken agent elsewhere (run with the run id and the
+        resume command line), instead of a local process. wake_agent: a parked run wakes on a
+        `forkpoint worker` that has this agent (a `wake` job; PostgreSQL stores).
+        wake_lease: how long a wake claimed by a waker stays its own (s): past it, a wake
+        whose run recorded nothing since is claimed again (its waker died mid-wake).
+        cwd: where the command runs [default: here].
     """
 
     cassette: str | os.PathLike[str] | None = None
@@ -84,6 +104,8 @@ class Options:
     max_record_body: int | None = None
     pace: Pace = Pace()
     on_divergence: OnDivergence = OnDivergence.FAIL
+    on_hangup: OnHangup = OnHangup.FINISH
+    allow_unserved: bool = False
     restore: bool = True
     workspace: str | os.PathLike[str] | None = None
     snapshots: SnapshotPolicy = SnapshotPolicy()
@@ -96,6 +118,13 @@ class Options:
     env: Mapping[str, str] | None = None
     adapter_hosts: Sequence[str] = ()
     token: str | None = None
+    park: Sequence[str] = ()
+    park_after: str | float | None = None
+    park_timeout: str | float | None = None
+    on_wake: Sequence[str] = ()
+    wake_agent: str | None = None
+    wake_lease: float = WAKE_LEASE
+    cwd: str | os.PathLike[str] | None = None
 
 
 def store_location(given: str | os.PathLike[str] | None = None) -> str:
@@ -106,17 +135,30 @@ def store_location(given: str | os.PathLike[str] | None = None) -> str:
 
 
 def engine_config(
-    options: Options, *, live: bool, recorded: Sequence[Exchange] = ()
+    options: Options,
+    *,
+    live: bool,
+    recorded: Sequence[Exchange] = (),
+    env: Mapping[str, str] | None = None,
 ) -> EngineConfig:
     """The engine's config for a verb: `live` says whether any request may go upstream (an
     offline replay has no upstream at all); `recorded`, the run a fork or a resume continues,
-    whose upstreams serve whatever the options do not name."""
+    whose upstreams serve whatever the options do not name; `env`, the environment of the
+    command the proxy runs (none for `serve`), whose own base-URL variables name upstreams
+    below those (a value naming the proxy's own port is not followed)."""
     match, limit = match_config(options), options.max_record_body
     if not live:
         return EngineConfig(routes=Routes(), match=match, max_record_body=limit)
+    parking = Parking.of(
+        tuple(options.park), after=options.park_after, timeout=options.park_timeout
+    )
     given = Routes(options.upstream, dict(options.routes))
-    routes = given.over(Routes.recorded(recorded)).over(Routes.of(DEFAULT_UPSTREAM))
-    return EngineConfig(routes=routes, match=match, max_record_body=limit)
+    named = client_routes(env or {}, proxy=(options.host, options.port))
+    routes = given.over(Routes.recorded(recorded)).over(named).over(Routes.of(DEFAULT_UPSTREAM))
+    return EngineConfig(
+        routes=routes, match=match, max_record_body=limit, on_hangup=options.on_hangup,
+        parking=parking,
+    )  # fmt: skip
 
 
 def match_config(options: Options) -> MatchConfig:

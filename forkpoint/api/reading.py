@@ -1,23 +1,26 @@
 """The verbs that read a cassette (runs, show, snapshots, diff, export) or add to it from a
-file (import). None of them starts a proxy; the readers open the cassette without creating it.
+file (import). None of them starts a proxy; the readers open the cassette without creating it,
+and read what its journals hold as if merged (`Reader`, `runtime.recording.unmerged`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 from forkpoint.api.options import Options, store_location
+from forkpoint.api.reader import Reader
 from forkpoint.api.results import Imported, RunRecord, RunSnapshots
 from forkpoint.cassettes.open import open_store
 from forkpoint.cassettes.store import Store, StoredExperiment
-from forkpoint.cassettes.transfer import dump_run, load_file
-from forkpoint.compare.diff import RunDiff, diff_stored
-from forkpoint.compare.experiment_results import Experiment, load_experiment
+from forkpoint.cassettes.transfer import Atomic, dump_run, import_file, read_file_run
+from forkpoint.compare.diff import RunDiff
+from forkpoint.compare.experiment_results import Experiment
 from forkpoint.errors import CassetteError
+from forkpoint.models import Park
 from forkpoint.runtime.recording.journaled import held_exchanges
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "export_run",
     "held",
     "import_run",
+    "parks",
     "runs",
     "show",
     "snapshots",
@@ -50,17 +54,29 @@ def runs(
     """Every run (or the `newest` ones) with its exchanges (without bodies), oldest first. A
     damaged cassette raises a CassetteError naming the run and step; with `damaged`, what does
     not read is left out and its error added there."""
+    with Reader(options) as reader:
+        view = reader.store
+        found = []
+        for run in view.list_runs(newest=newest, damaged=damaged):
+            exchanges, journaled = view.read(run.id, bodies=False, damaged=damaged)
+            found.append(RunRecord(run, exchanges, dict(journaled)))
+        return found
+
+
+def parks(
+    options: Options = Options(), *, states: Sequence[str] = ("parked", "answered", "waking"),
+    limit: int | None = None, after: str | None = None,
+) -> list[Park]:  # fmt: skip
+    """The parked runs' parks (what each waits on, since when, until when), by run id, at most
+    `limit`, those after run `after`: a page of `forkpoint runs --status parked`."""
     with opened(options) as store:
-        return [
-            RunRecord(run, store.exchanges(run.id, bodies=False, damaged=damaged))
-            for run in store.list_runs(newest=newest, damaged=damaged)
-        ]
+        return store.parks(states=states, limit=limit, after=after)
 
 
 def held(options: Options = Options()) -> tuple[dict[str, int], Path | None]:
     """Per run, the exchanges a journal holds that the cassette lacks (held while it took no
     writes, or left by a killed proxy until the next one merges them), and where the journals
-    are."""
+    are. The other readers show them already, as if merged."""
     with opened(options) as store:
         counts, directory = held_exchanges(store)
     return dict(counts), directory
@@ -71,46 +87,39 @@ def show(
 ) -> RunRecord:
     """A run (id, id prefix or name) with its exchanges, without bodies; `damaged` as for
     `runs`."""
-    with opened(options) as store:
-        found = store.find_run(run)
-        return RunRecord(found, store.exchanges(found.id, bodies=False, damaged=damaged))
+    with Reader(options) as reader:
+        return reader.show(run, damaged=damaged)
 
 
 def snapshots(run: str, options: Options = Options()) -> RunSnapshots:
     """A run's snapshots (without their state), failed pulls included."""
-    with opened(options) as store:
-        found = store.find_run(run)
-        return RunSnapshots(found, store.snapshots(found.id))
+    with Reader(options) as reader:
+        return reader.snapshots(run)
 
 
 def diff(a: str, b: str, options: Options = Options()) -> RunDiff:
     """Runs `a` and `b` compared step by step, with cost and answers (docs/diff-json.md)."""
-    with opened(options) as store:
-        return diff_stored(store, a, b)
+    with Reader(options) as reader:
+        return reader.diff(a, b)
 
 
 def experiment_results(name: str, options: Options = Options()) -> Experiment:
     """A stored experiment, each branch diffed against the run it was forked from."""
-    with opened(options) as store:
-        return load_experiment(store, name)
+    with Reader(options) as reader:
+        return reader.experiment_results(name)
 
 
 def experiment_list(options: Options = Options()) -> list[tuple[StoredExperiment, int, int]]:
     """Every stored experiment, oldest first, with how many runs it forked and how many of
     those failed."""
-    with opened(options) as store:
-        found = []
-        for stored in store.list_experiments():
-            branches = store.get_experiment(stored.name)[1]
-            failed = sum(1 for branch in branches if branch.error is not None)
-            found.append((stored, len(branches), failed))
-        return found
+    with Reader(options) as reader:
+        return reader.experiment_list()
 
 
 def export_run(run: str, *, fmt: str = "vcr", options: Options = Options()) -> str:
     """A run as the text of a file: `vcr` (YAML that vcrpy plays), `jsonl` or `har`."""
-    with opened(options) as store:
-        return dump_run(store, run, fmt=fmt)
+    with Reader(options) as reader:
+        return dump_run(reader.store, run, fmt=fmt)
 
 
 def import_run(
@@ -122,10 +131,11 @@ def import_run(
     options: Options = Options(),
 ) -> Imported:
     """Add the run in the file at `path` (format by extension or content, unless `fmt`) to
-    the cassette as a new run; `routes` map a URL back to a route prefix, as `--route` does."""
-    run, exchanges = load_file(Path(path), fmt=fmt, routes=routes)
-    imported = replace(run, name=name or run.name)
+    the cassette as a new run; `routes` map a URL back to a route prefix, as `--route` does.
+    The file is read an exchange at a time and stored in one transaction: a file that fails
+    part-way adds nothing."""
+    found = read_file_run(Path(path), fmt=fmt, name=name)  # before the cassette is opened
     with opened(options, write=True) as store:
-        store.create_run(imported)
-        store.add_exchanges(replace(e, run_id=imported.id) for e in exchanges)
-    return Imported(imported, len(exchanges))
+        # open_store gives an SQL store, whose writes can be one transaction
+        steps = import_file(cast(Atomic, store), found, routes=routes)
+    return Imported(found.run, steps)

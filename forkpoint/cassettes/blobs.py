@@ -41,6 +41,9 @@ ZSTD_LEVEL = 3
 class Codec:
     RAW = "raw"
     ZSTD = "zstd"
+    # zstd against a dictionary: the plain bytes of earlier blobs, which the row names
+    # (`deltas`), so only what the blob adds to them is stored.
+    ZSTD_DICT = "zstd-dict"
 
 
 def content_hash(data: bytes) -> str:
@@ -125,9 +128,29 @@ def compress(data: bytes) -> tuple[str, bytes]:
     return Codec.RAW, data
 
 
-def decompress(codec: str, data: bytes) -> bytes:
+def dictionary(content: bytes) -> zstd.ZstdDict:
+    """A raw dictionary of earlier blobs' bytes, to read a ZSTD_DICT blob with (ValueError
+    for one too short to be any: zstd takes 8 bytes at least)."""
+    if len(content) < 8:
+        raise ValueError("a blob compressed against fewer than 8 bytes")
+    return zstd.ZstdDict(content, is_raw=True)
+
+
+def decompress(codec: str, data: bytes, against: zstd.ZstdDict | None = None) -> bytes:
+    """A blob's plain bytes; `against` is what a ZSTD_DICT blob was compressed against.
+    Raises ValueError for an unknown codec or a missing dictionary, zstd.ZstdError for bytes
+    that do not decompress."""
     if codec == Codec.ZSTD:
         return zstd.decompress(data)
     if codec == Codec.RAW:
         return data
+    if codec == Codec.ZSTD_DICT:
+        if against is None:
+            raise ValueError("a blob compressed against others, read without them")
+        # one frame, its dictionary digested once for all the blobs compressed against it
+        reader = zstd.ZstdDecompressor(zstd_dict=against.as_digested_dict)
+        plain = reader.decompress(data)
+        if not reader.eof or reader.unused_data:
+            raise zstd.ZstdError("not one whole zstd frame")
+        return plain
     raise ValueError(f"unknown blob codec {codec!r}")

@@ -10,15 +10,26 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from forkpoint.cassettes.blobs import content_hash
+from forkpoint.cassettes.memory_parks import MemoryParks
 from forkpoint.cassettes.store import StoredBranch, StoredExperiment
 from forkpoint.errors import AlreadyRecorded, CassetteError, ConfigError, RunNotFound
-from forkpoint.models import Blob, Exchange, Kind, Piece, Run, RunStatus, Snapshot, Summary
+from forkpoint.models import (
+    Blob,
+    Ending,
+    Exchange,
+    Kind,
+    Piece,
+    Run,
+    RunStatus,
+    Snapshot,
+    Summary,
+)
 
 
-class MemoryStore:
+class MemoryStore(MemoryParks):
     """A `Store` in dictionaries; safe to share between the event loop and a recorder's thread."""
 
     def __init__(self, label: str = "memory") -> None:
@@ -29,8 +40,10 @@ class MemoryStore:
         self._snapshots: dict[str, dict[tuple[int, str], Snapshot]] = {}
         self._experiments: dict[str, tuple[StoredExperiment, list[StoredBranch]]] = {}
         self._allocated: dict[str, int] = {}  # per run, the step after the last allocated
+        self._tickets: dict[str, dict[int, int]] = {}  # per run, ticket -> step (`number`)
         self._pieces: dict[str, bytes] = {}  # the bytes of bodies' pieces, by sha256
         self._closed = False
+        self._init_parks()
 
     def _open(self) -> None:
         if self._closed:
@@ -51,6 +64,7 @@ class MemoryStore:
         *,
         error: str | None = None,
         fork_step: int | None = None,
+        owner: str | None = None,
     ) -> None:
         with self._lock:
             self._open()
@@ -61,6 +75,8 @@ class MemoryStore:
             run.status, run.ended_at, run.error = status, ended, error
             if fork_step is not None:
                 run.fork_step = fork_step
+            if owner is not None:
+                run.owner = owner
 
     def get_run(self, run_id: str) -> Run:
         with self._lock:
@@ -144,15 +160,37 @@ class MemoryStore:
             stored = max(self._exchanges.get(run_id, {}), default=-1) + 1
             return max(stored, self._allocated.get(run_id, 0))
 
-    def allocate_step(self, run_id: str) -> int:
+    def number(self, run_id: str, tickets: Sequence[int]) -> dict[int, int]:
         with self._lock:
             self._open()
             if run_id not in self._runs:
                 raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
-            stored = max(self._exchanges.get(run_id, {}), default=-1) + 1
-            step = max(stored, self._allocated.get(run_id, 0))
-            self._allocated[run_id] = step + 1
-            return step
+            held = self._tickets.setdefault(run_id, {})
+            for ticket in tickets:
+                if ticket not in held:
+                    stored = max(self._exchanges.get(run_id, {}), default=-1) + 1
+                    held[ticket] = max(stored, self._allocated.get(run_id, 0))
+                    self._allocated[run_id] = held[ticket] + 1
+            return {ticket: held[ticket] for ticket in tickets}
+
+    def numbered(self, run_id: str) -> dict[int, int]:
+        with self._lock:
+            self._open()
+            return dict(self._tickets.get(run_id, {}))
+
+    def end_run(self, ending: Ending) -> None:
+        with self._lock:
+            self._open()
+            run = self._runs.get(ending.run_id)
+            if run is None:
+                raise RunNotFound(f"no run {ending.run_id!r} in {self.label}",
+                                  run_id=ending.run_id)  # fmt: skip
+            if run.status is RunStatus.RUNNING:
+                run.status, run.ended_at, run.error = ending.status, ending.ended_at, ending.error
+                if ending.fork_step is not None:
+                    run.fork_step = ending.fork_step
+                if ending.change is not None:
+                    run.change = copy.deepcopy(ending.change)
 
     def response_keys(self, run_id: str) -> dict[int, str]:
         with self._lock:
@@ -213,7 +251,16 @@ class MemoryStore:
     def add_experiment_branch(self, name: str, branch: StoredBranch) -> None:
         with self._lock:
             self._open()
-            self._experiment(name)[1].append(copy.deepcopy(branch))
+            branches = self._experiment(name)[1]
+            if any(b.seq == branch.seq for b in branches):
+                raise AlreadyRecorded(f"experiment {name!r} already has branch {branch.seq}")
+            branches.append(copy.deepcopy(branch))
+
+    def experiment_counts(self, name: str) -> tuple[int, int]:
+        with self._lock:
+            self._open()
+            branches = self._experiments.get(name, (None, []))[1]
+            return len(branches), sum(1 for b in branches if b.branch_id is None or b.error)
 
     def finish_experiment(self, name: str, *, ended_at: float) -> None:
         with self._lock:
@@ -242,6 +289,7 @@ class MemoryStore:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            self._answered.notify_all()  # a waiter for answers learns the store is closed
 
 
 def _copied(exchange: Exchange) -> Exchange:

@@ -9,11 +9,25 @@ holds every implementation to this page.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from forkpoint.errors import CassetteError
-from forkpoint.models import Blob, Exchange, Piece, Run, RunStatus, Snapshot
+from forkpoint.models import (
+    Blob,
+    Ending,
+    Exchange,
+    Launch,
+    Park,
+    Piece,
+    Run,
+    RunStatus,
+    Snapshot,
+)
+
+# How long a claimed wake stays its claimant's (seconds): past it, a claim whose run recorded
+# nothing since its park is taken again (its waker died between the claim and the wake).
+WAKE_LEASE = 60.0
 
 
 class StoredExperiment(NamedTuple):
@@ -53,7 +67,11 @@ class RunStore(Protocol):
         *,
         error: str | None = None,
         fork_step: int | None = None,
-    ) -> None: ...
+        owner: str | None = None,
+    ) -> None:
+        """Close a run with `status` (or open it again: a resume, naming its new `owner`);
+        `fork_step` is where a replay that went live forked."""
+        ...
 
     def get_run(self, run_id: str) -> Run: ...
 
@@ -106,9 +124,22 @@ class RunStore(Protocol):
         may have left gaps."""
         ...
 
-    def allocate_step(self, run_id: str) -> int:
-        """Take the run's next step number, atomically across every process sharing the
-        store (proxies serving one run at once); the run must exist."""
+    def number(self, run_id: str, tickets: Sequence[int]) -> dict[int, int]:
+        """The steps of requests a proxy gave these `tickets` (`models.Ticket`), in order:
+        each takes the run's next step the first time the store sees it, atomically across
+        every process sharing the store, and keeps it ever after (a journal merged twice
+        numbers nothing twice). The run must exist."""
+        ...
+
+    def numbered(self, run_id: str) -> dict[int, int]:
+        """The run's tickets the store has numbered, with their steps: a read, for a reader
+        that shows a journal's tickets as the store would number them."""
+        ...
+
+    def end_run(self, ending: Ending) -> None:
+        """Close a run as its proxy saw it end (with its change as it turned out, when the
+        ending has one), if it is still `running`: a run that ended since (resumed and
+        finished) is left as it is. An unknown run is RunNotFound."""
         ...
 
     def add_snapshot(self, snapshot: Snapshot) -> None:
@@ -135,7 +166,15 @@ class ExperimentStore(Protocol):
         """Start an experiment; raises ConfigError when the name is taken."""
         ...
 
-    def add_experiment_branch(self, name: str, branch: StoredBranch) -> None: ...
+    def add_experiment_branch(self, name: str, branch: StoredBranch) -> None:
+        """Keep a branch once: a second one for the same `seq` (a probe retried by another
+        worker) raises AlreadyRecorded, so each selected run counts once."""
+        ...
+
+    def experiment_counts(self, name: str) -> tuple[int, int]:
+        """How many branches the experiment holds, and how many of them failed, read without
+        loading them (a follower polls it); (0, 0) for a name it does not hold."""
+        ...
 
     def finish_experiment(self, name: str, *, ended_at: float) -> None: ...
 
@@ -148,8 +187,86 @@ class ExperimentStore(Protocol):
         ...
 
 
-class Store(RunStore, ExperimentStore, Protocol):
-    """A cassette: a `RunStore` and an `ExperimentStore` in one place."""
+class ParkStore(Protocol):
+    """Parked runs and how to wake them. Each transition of a park (parked -> answered ->
+    waking -> woken) is one conditional write: of two writers, exactly one makes it, across
+    every process sharing the store; what a process holds in memory is only a cache of this."""
+
+    def set_launch(self, launch: Launch) -> None:
+        """Keep how a run's agent was started (replacing an earlier launch of the run: a
+        resume starts it again). The run must exist."""
+        ...
+
+    def launch(self, run_id: str) -> Launch | None: ...
+
+    def park(self, park: Park) -> None:
+        """Park a run at its pending step: the park is stored and the run marked `parked` in
+        one transaction. Raises AlreadyRecorded when that step is parked or recorded already;
+        an unknown run is RunNotFound."""
+        ...
+
+    def parked(self, run_id: str) -> Park | None:
+        """The run's newest park not yet woken (parked, answered or waking), else None."""
+        ...
+
+    def last_park(self, run_id: str) -> Park | None:
+        """The run's newest park, whatever its state (woken included), else None: a key
+        read."""
+        ...
+
+    def parks(
+        self,
+        *,
+        states: Sequence[str] = ("parked",),
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[Park]:
+        """Parks in these states by run id, at most `limit`, those of runs after `after` (a
+        page of `runs --status parked`), read off an index: a million parks page fast. A state
+        that is none is a ConfigError."""
+        ...
+
+    def answer(self, exchange: Exchange, *, by: str) -> Park:
+        """Answer the run's pending step: `exchange` (that step's, with its response) is
+        stored and the park marked answered in one transaction, exactly once. Raises
+        AlreadyAnswered (naming who and when) for a step answered already, NotParked for a
+        run that waits on nothing, RunNotFound for an unknown run. Notifies waiting wakers."""
+        ...
+
+    def mark_answered(self, run_id: str, step: int, *, by: str) -> Park:
+        """Mark a park answered whose step's exchange came in as any other (the upstream
+        answered a `--park-after` request: its exchange went through the journal). Raises
+        as `answer` does, and CassetteError while the step has no exchange stored (write it
+        first: an answered park's answer is always in the store)."""
+        ...
+
+    def due(self, now: float, *, limit: int = 100) -> list[Park]:
+        """Parks still waiting whose deadline is at or before `now`, soonest first."""
+        ...
+
+    def claim_wake(self, run_id: str, step: int, *, by: str, lease: float = WAKE_LEASE) -> bool:
+        """Take the wake of an answered park (answered -> waking): True for exactly one
+        caller, False for every other and for a park not answered. A park `waking` is taken
+        again once its claim is older than `lease` seconds and its run has recorded nothing
+        (no exchange, no snapshot) after the parked step: its waker died mid-wake."""
+        ...
+
+    def woke(self, run_id: str, step: int) -> None:
+        """The woken agent started (waking -> woken); the run is `running` again, unless its
+        resume moved it on already (it may have ended before this is written). NotParked for
+        a park no one is waking."""
+        ...
+
+    def wait_for_answers(self, timeout: float) -> list[str]:
+        """Block up to `timeout` seconds until some park is answered; the run ids answered
+        (empty on timeout). The first call also returns the runs answered before it (a waker
+        started after a crash misses none); a run may be returned twice, and `claim_wake`
+        decides who wakes it. PostgreSQL is told at once (LISTEN/NOTIFY); others poll."""
+        ...
+
+
+class Store(RunStore, ExperimentStore, ParkStore, Protocol):
+    """A cassette: runs, experiments and parks in one place."""
 
 
 def location_of(store: Store) -> str | None:

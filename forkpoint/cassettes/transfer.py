@@ -2,37 +2,52 @@
 
 A production run captured by `forkpoint serve` becomes a test cassette with `dump_run`, and a
 cassette that vcrpy recorded, or a HAR from a browser, becomes a run to replay with
-`load_file`. `copy_runs` moves runs as they are (ids, steps, bytes, snapshots) from one store
-to another: an SQLite file to PostgreSQL and back.
+`read_file_run` then `import_file`: read an exchange at a time and written in batches, all in
+one transaction, so its memory does not grow with the file and a file that fails part-way
+leaves the store as it was. `copy_runs` moves runs as they are (ids, steps, bytes,
+snapshots) from one store to another: an SQLite file to PostgreSQL and back.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import IO, Protocol
 
 from forkpoint.cassettes.formats import har, jsonl, text
+from forkpoint.cassettes.formats.interop import Format, NotThisFormat
 from forkpoint.cassettes.store import Store
 from forkpoint.engine.config import DEFAULT_ROUTES
 from forkpoint.errors import AlreadyRecorded, CassetteError, ConfigError, RunNotFound
 from forkpoint.models import Blob, Chunk, Exchange, Run, new_run_id
 
-__all__ = ["FORMATS", "copy_runs", "dump_run", "guess_format", "joined", "load_file"]
+__all__ = [
+    "FORMATS", "Atomic", "FileRun", "copy_runs", "dump_run", "guess_format", "import_file",
+    "joined", "read_file_run",
+]  # fmt: skip
 
-# Exchanges written per transaction by `copy_runs`.
+# Exchanges written per transaction by `copy_runs`, and per call by `import_file`.
 COPY_BATCH = 200
 # The largest body written to a file (bytes): a file holds its bodies whole, so a body in
 # pieces up to this is joined into it, and a larger one refused rather than cut.
 FILE_BODY_LIMIT = 64 * 1024 * 1024
 
 Dumps = Callable[[Run, Sequence[Exchange]], str]
-Loads = Callable[..., tuple[Run, list[Exchange]]]
-FORMATS: dict[str, tuple[Dumps, Loads]] = {
-    "vcr": (text.dumps, text.loads),
-    "jsonl": (jsonl.dumps, jsonl.loads),
-    "har": (har.dumps, har.loads),
+FORMATS: dict[str, tuple[Dumps, Format]] = {
+    "vcr": (text.dumps, text),
+    "jsonl": (jsonl.dumps, jsonl),
+    "har": (har.dumps, har),
 }
+_NAMES = {"vcr": "vcrpy YAML (.yaml)", "jsonl": "JSON lines (.jsonl)", "har": "HAR (.har)"}
+
+
+class Atomic(Store, Protocol):
+    """A store whose writes inside `atomic()` are one transaction: the SQL stores."""
+
+    def atomic(self) -> AbstractContextManager[None]: ...
 
 
 def dump_run(store: Store, ref: str, *, fmt: str) -> str:
@@ -58,38 +73,75 @@ def joined(
                 chunks = [*chunks, *(Chunk(piece.offset_ms, part) for piece, part in pairs)]
             body = exchange.response_body + b"".join(parts)
             exchange = replace(exchange, response_body=body, chunks=chunks, pieces=())
+        if exchange.request_pieces and exchange.request_size <= limit:
+            # its fingerprint reads the same off the body whole (`matching.fingerprint`)
+            parts = [store.piece(piece) for piece in exchange.request_pieces]
+            body = exchange.request_body + b"".join(parts)
+            exchange = replace(exchange, request_body=body, request_pieces=())
         whole.append(exchange)
     return whole
 
 
-def load_file(
-    source: Path, *, fmt: str | None = None, routes: Mapping[str, str] | None = None
-) -> tuple[Run, list[Exchange]]:
-    """The run in the file at `source`, as a new run to add to a store.
+@dataclass(frozen=True, slots=True)
+class FileRun:
+    """The run in a cassette file, read (its format and version checked) as the new run it
+    becomes, its exchanges still in the file: `import_file` stores them."""
 
-    The run gets a fresh id (importing a file twice makes two runs) and forgets its parent,
-    which the store may not hold; `routes` (prefix → base URL) add to `DEFAULT_ROUTES`.
-    """
+    run: Run
+    source: Path
+    reader: Format
+
+
+def read_file_run(source: Path, *, fmt: str | None = None, name: str | None = None) -> FileRun:
+    """The run in the file at `source` (format `fmt`, else by extension or content), with a
+    fresh id (importing a file twice makes two runs) and without its parent, which the store
+    may not hold. Its exchanges are passed over, never built."""
+    chosen, why = (fmt, "as --format asked") if fmt else guess_format(source)
+    reader = _format(chosen)[1]
+    with _opened(source) as file:
+        try:
+            found = reader.read_run(file, source=str(source))
+        except NotThisFormat as error:
+            others = ", ".join(name for key, name in _NAMES.items() if key != chosen)
+            raise CassetteError(
+                f"{error}; read as {_NAMES[chosen]} {why} (forkpoint also imports {others}: "
+                "give --format)"
+            ) from None
+    run = replace(
+        found, id=new_run_id(), name=name or found.name, parent_id=None,
+        labels={**found.labels, "imported_from": source.name},
+    )  # fmt: skip
+    return FileRun(run, source, reader)
+
+
+def import_file(store: Atomic, found: FileRun, *, routes: Mapping[str, str] | None = None) -> int:
+    """Add the file's run to `store`; its step count. The exchanges are read one at a time
+    and written COPY_BATCH at a time in one transaction, which a bad exchange anywhere in the
+    file rolls back whole. `routes` (prefix → base URL) add to `DEFAULT_ROUTES`."""
+    every = {**DEFAULT_ROUTES, **(routes or {})}
+    label = str(found.source)
+    steps = 0
+    with _opened(found.source) as file, store.atomic():
+        store.create_run(found.run)
+        exchanges = found.reader.read_exchanges(file, found.run.id, source=label, routes=every)
+        for batch in itertools.batched(exchanges, COPY_BATCH):
+            store.add_exchanges(batch)
+            steps += len(batch)
+    return steps
+
+
+def _opened(source: Path) -> IO[bytes]:
     try:
-        content = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise CassetteError(f"cannot read {source}: {error}") from None
-    loads = _format(fmt or guess_format(source, content))[1]
-    run, exchanges = loads(content, source=str(source), routes={**DEFAULT_ROUTES, **(routes or {})})
-    imported = replace(
-        run,
-        id=new_run_id(),
-        labels={**run.labels, "imported_from": source.name},
-        parent_id=None,
-    )
-    return imported, exchanges
+        return source.open("rb")
+    except OSError as error:
+        raise CassetteError(f"cannot read {source}: {error.strerror or error}") from None
 
 
 def copy_runs(
     source: Store, target: Store, refs: Sequence[str] = ()
 ) -> Iterator[tuple[Run, int | None]]:
     """Copy the runs `refs` name (every run if none), each with the runs it was forked or
-    replayed from, oldest first, as they are: same ids, steps, bytes (a body's pieces too) and
+    replayed from, oldest first, as they are: same ids, steps, bytes (bodies' pieces too) and
     snapshots. Yields each
     run with its step count, or None for a run the target holds already (never rewritten)."""
     chosen = [source.find_run(ref) for ref in refs] if refs else source.list_runs()
@@ -115,7 +167,8 @@ def copy_runs(
         exchanges = source.exchanges(run.id)
         for start in range(0, len(exchanges), COPY_BATCH):
             batch = exchanges[start : start + COPY_BATCH]
-            for piece in (piece for exchange in batch for piece in exchange.pieces):
+            named = (piece for e in batch for piece in (*e.request_pieces, *e.pieces))
+            for piece in named:
                 # one at a time: a body in pieces is never held whole, here either
                 target.add_pieces([Blob(piece.digest, source.piece(piece))])
             target.add_exchanges(batch)
@@ -124,22 +177,29 @@ def copy_runs(
         yield run, len(exchanges)
 
 
-def guess_format(path: Path, content: str) -> str:
-    """The format by extension, else by the first character: `{` HAR or JSON lines, else YAML."""
+def guess_format(path: Path) -> tuple[str, str]:
+    """The format by extension, else by the file's first character: `{` HAR or JSON lines
+    (which starts `{"forkpoint"`), else YAML; and why, as an error says it."""
     suffix = path.suffix.lower()
-    if suffix in (".yaml", ".yml"):
-        return "vcr"
-    if suffix in (".jsonl", ".ndjson"):
-        return "jsonl"
-    if suffix == ".har":
-        return "har"
-    first = content.lstrip()[:1]
-    if first == "{":
-        return "jsonl" if content.lstrip().startswith('{"forkpoint"') else "har"
-    return "vcr"
+    by_extension = {
+        ".yaml": "vcr",
+        ".yml": "vcr",
+        ".jsonl": "jsonl",
+        ".ndjson": "jsonl",
+        ".har": "har",
+    }
+    if suffix in by_extension:
+        return by_extension[suffix], f"by its extension {suffix}"
+    with _opened(path) as file:
+        head = file.read(64).lstrip()
+    if head[:1] == b"{":
+        if head.startswith(b'{"forkpoint"'):
+            return "jsonl", 'by its content (a first line that starts {"forkpoint")'
+        return "har", "by its content (a JSON object)"
+    return "vcr", "by its content (not JSON)"
 
 
-def _format(fmt: str) -> tuple[Dumps, Loads]:
+def _format(fmt: str) -> tuple[Dumps, Format]:
     try:
         return FORMATS[fmt]
     except KeyError:

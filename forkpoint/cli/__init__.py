@@ -22,6 +22,10 @@ _COMMANDS = {
     "fork": ("fork", "fork"),
     "resume": ("resume", "resume"),
     "serve": ("serve", "serve"),
+    "answer": ("parking", "answer"),
+    "wake": ("parking", "wake"),
+    "mcp": ("mcp", "mcp"),
+    "ui": ("ui", "ui"),
     "runs": ("inspect", "runs"),
     "show": ("inspect", "show"),
     "snapshots": ("inspect", "snapshots"),
@@ -30,6 +34,7 @@ _COMMANDS = {
     "export": ("transfer", "export_command"),
     "import": ("transfer", "import_command"),
     "copy": ("copy", "copy_command"),
+    "worker": ("worker", "worker"),
     "ca": ("ca", "ca"),
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from forkpoint.cassettes.store import StoredBranch
 from forkpoint.cli.options import (
     cassette_option,
     change_options,
+    json_lines,
     pace_option,
     parse_pairs,
     parse_routes,
@@ -41,9 +43,13 @@ class _ExperimentGroup(click.Group):
         head = args[: args.index("--")] if "--" in args else args
         if not args or args[0] in self.commands or "--help" in head:
             return super().parse_args(ctx, args)
-        if "--" not in args:
+        if "--on-workers" in head and "--" in args:
+            raise click.UsageError(
+                "--on-workers runs the workers' --agent NAME, not a command", ctx
+            )
+        if "--" not in args and "--on-workers" not in head:
             raise click.UsageError("put the agent's command after --, e.g. -- python agent.py", ctx)
-        split = args.index("--")
+        split = args.index("--") if "--" in args else len(args)
         ctx.allow_interspersed_args = True  # a group stops at its first argument; RUNs may lead
         ctx.meta["experiment.command"] = tuple(args[split + 1 :])
         ctx.meta["experiment.runs"] = tuple(click.Command.parse_args(self, ctx, args[:split]))
@@ -53,8 +59,13 @@ class _ExperimentGroup(click.Group):
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage(ctx.command_path, "[OPTIONS] (RUN... | --select FILTER...) -- CMD...")
         formatter.write_usage(
-            ctx.command_path, "show NAME [--json] [--html FILE]", prefix="   or: "
+            ctx.command_path, "[OPTIONS] (RUN... | --select FILTER...) --on-workers --agent NAME",
+            prefix="   or: ",
+        )  # fmt: skip
+        formatter.write_usage(
+            ctx.command_path, "show NAME [--follow] [--json] [--html FILE]", prefix="   or: "
         )
+        formatter.write_usage(ctx.command_path, "cancel NAME", prefix="   or: ")
         formatter.write_usage(ctx.command_path, "list [--json]", prefix="   or: ")
 
 
@@ -121,6 +132,13 @@ html_option = click.option(
     "(forkpoint.compare.experiment_check) and returns a bool or a score.",
 )
 @click.option("--concurrency", default=4, show_default=True, help="Forks running at once.")
+@click.option(
+    "--on-workers",
+    is_flag=True,
+    help="Queue the forks for `forkpoint worker`s sharing the PostgreSQL --store, each running "
+    "its own --agent NAME; follow them here (Ctrl-C detaches, the workers go on).",
+)
+@click.option("--agent", metavar="NAME", help="With --on-workers: the agent the workers run.")
 @click.option("--name", help="A name for the experiment [default: exp-DATE-TIME].")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Put on each branch.")
 @upstream_options
@@ -133,7 +151,8 @@ html_option = click.option(
 def experiment(
     ctx: click.Context, cassette: str | None, filters: tuple[str, ...], at: str | None,
     spec: dict[str, Any], change: Change, on_divergence: OnDivergence, restore: bool,
-    check: str | None, concurrency: int, name: str | None, labels: tuple[str, ...],
+    check: str | None, concurrency: int, on_workers: bool, agent: str | None,
+    name: str | None, labels: tuple[str, ...],
     upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], pace: str, as_json: bool,
     html_file: Path | None,
@@ -145,6 +164,11 @@ def experiment(
     a time, each fork running CMD against its own proxy. In CMD, {run}, {name} and {label:KEY}
     become each selected run's id, name and label, so each agent gets its own input again.
     A fork that fails (the command fails, the run diverges) is reported, not fatal.
+
+    With --on-workers --agent NAME in place of CMD, the forks are queued in the PostgreSQL
+    store for `forkpoint worker`s (on any machine) that have agent NAME; a progress line
+    follows them, Ctrl-C detaches without cancelling (`experiment cancel NAME` cancels), and
+    the results are the same rows and reports as a local experiment's.
 
     Reported: how many runs changed their tool calls or their final answer, whether --check
     passed (on the branch and on its parent), and the cost and tokens of each branch against
@@ -161,8 +185,11 @@ def experiment(
     step = at if at is not None else spec.get("at")
     if step is None:
         raise click.UsageError("give the fork step: --at STEP|first-llm|last-llm", ctx)
+    if on_workers != (agent is not None):
+        raise click.UsageError("--on-workers and --agent NAME go together", ctx)
     experiment_spec = api.ExperimentSpec(
         command=ctx.meta["experiment.command"],
+        agent=agent,
         at=str(step),
         runs=ctx.meta["experiment.runs"],
         select=filters,
@@ -181,6 +208,17 @@ def experiment(
         labels={**spec.get("label", {}), **parse_pairs(labels, "--label")},
         pace=Pace.parse(pace),
     )
+    if on_workers:
+        name = api.submit_experiment(experiment_spec, options)
+        echo(
+            f"forkpoint: experiment {name} queued for the workers with agent {agent} "
+            f"(cancel: forkpoint experiment cancel {name})",
+            err=True,
+        )
+        if _follow(name, cassette):
+            _report(api.experiment_results(name, api.Options(cassette=cassette)), as_json,
+                    html_file)  # fmt: skip
+        return
     done: list[StoredBranch] = []
 
     def progress(branch: StoredBranch, source: Run, total: int) -> None:
@@ -207,17 +245,111 @@ def experiment(
 @html_option
 @prices
 @reports_errors
-def show(cassette: str | None, name: str, as_json: bool, html_file: Path | None) -> None:
-    """Print experiment NAME again: each run's branch, the tallies, the cost.
+@click.option("--follow", is_flag=True, help="Wait for an experiment on workers to end first.")
+def show(
+    cassette: str | None, name: str, as_json: bool, html_file: Path | None, follow: bool
+) -> None:
+    """Print experiment NAME again: each run's branch, the tallies, the cost. An experiment
+    still running on workers shows the branches stored so far (--follow waits for the rest).
 
     Example: forkpoint experiment show mini --html mini.html
     """
-    _report(api.experiment_results(name, api.Options(cassette=cassette)), as_json, html_file)
+    if follow and not _follow(name, cassette):
+        return
+    results = api.experiment_results(name, api.Options(cassette=cassette))
+    _report(results, as_json, html_file)
+    if results.ended_at is None and "probes" in results.spec:
+        echo(
+            f"forkpoint: experiment {name} is running: {len(results.branches)} of "
+            f"{results.spec['probes']} stored (--follow waits for the rest)",
+            err=True,
+        )
+
+
+@experiment.command()
+@cassette_option
+@click.argument("name")
+@reports_errors
+def cancel(cassette: str | None, name: str) -> None:
+    """Cancel experiment NAME on workers: its queued probes are dropped, its running ones
+    stopped (their agents ended, nothing stored); the branches stored stay.
+
+    Example: forkpoint experiment cancel exp-20261201-101500
+    """
+    stood = api.cancel_experiment(name, api.Options(cassette=cassette))
+    echo(
+        f"forkpoint: experiment {name} cancelled: {stood.queued} queued probes dropped, "
+        f"{stood.running} running stopped, {stood.done} of {stood.total} stored",
+        err=True,
+    )
+
+
+def _follow(name: str, cassette: str | None) -> bool:
+    """Show where experiment `name` stands on stderr until it ends; False when Ctrl-C
+    detached first (the workers go on)."""
+    line = _ProgressLine(sys.stderr.isatty())
+    try:
+        for progress in api.watch_experiment(name, api.Options(cassette=cassette)):
+            line.show(progress)
+    except KeyboardInterrupt:
+        line.end()
+        echo(
+            f"forkpoint: detached; the workers go on (forkpoint experiment show {name} "
+            f"--follow; cancel: forkpoint experiment cancel {name})",
+            err=True,
+        )
+        return False
+    line.end()
+    return True
+
+
+class _ProgressLine:
+    """done, failed, running, queued and an ETA from the pace seen since following began:
+    rewritten in place on a terminal, a new line at each change elsewhere (a log)."""
+
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+        self.last = ""
+        self.start: tuple[float, int] | None = None
+
+    def show(self, progress: api.Progress) -> None:
+        now = time.monotonic()
+        if self.start is None:
+            self.start = (now, progress.done)
+        since, done_then = self.start
+        left = progress.total - progress.done
+        rate = (progress.done - done_then) / (now - since) if now > since else 0.0
+        eta = "-" if not left else (_clock(left / rate) if rate > 0 else "?")
+        text = (
+            f"forkpoint: {progress.name}: {progress.done}/{progress.total} done "
+            f"({progress.failed} failed), {progress.running} running, {progress.queued} "
+            f"queued, ETA {eta}"
+        )
+        if text == self.last:
+            return
+        self.last = text
+        if self.tty:
+            sys.stderr.write(f"\r\x1b[2K{text}")
+            sys.stderr.flush()
+        else:
+            echo(text, err=True)
+
+    def end(self) -> None:
+        if self.tty and self.last:
+            sys.stderr.write("\n")
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 @experiment.command("list")
 @cassette_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per experiment.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON object per experiment, one per line."
+)
 @reports_errors
 def list_command(cassette: str | None, as_json: bool) -> None:
     """List the experiments in the cassette, oldest first.
@@ -226,13 +358,13 @@ def list_command(cassette: str | None, as_json: bool) -> None:
     """
     found = api.experiment_list(api.Options(cassette=cassette))
     if as_json:
-        _json([
+        json_lines(
             {
                 "name": e.name, "created_at": e.created_at, "ended_at": e.ended_at,
                 "runs": runs, "failed": failed, "spec": e.spec,
             }
             for e, runs, failed in found
-        ])  # fmt: skip
+        )  # fmt: skip
         return
     for e, runs, failed in found:
         when = datetime.datetime.fromtimestamp(e.created_at).strftime("%Y-%m-%d %H:%M")

@@ -10,6 +10,7 @@ from forkpoint import api
 from forkpoint.cli.options import (
     cassette_option,
     change_options,
+    hangup_option,
     intercept_options,
     match_options,
     pace_option,
@@ -19,10 +20,11 @@ from forkpoint.cli.options import (
     report_run,
     reports_errors,
     snapshot_options,
+    unserved_option,
     upstream_options,
 )
 from forkpoint.engine.changes import Change
-from forkpoint.engine.config import OnDivergence
+from forkpoint.engine.config import OnDivergence, OnHangup
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.runtime.intercept import InterceptOptions
@@ -34,11 +36,13 @@ from forkpoint.runtime.intercept import InterceptOptions
 @click.argument("run")
 @click.option("--at", type=int, help="Fork step: steps before it are replayed.")
 @change_options
+@unserved_option
 @match_options
 @click.option("--name", help="A name for the child run.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
 @pace_option
 @port_option
+@hangup_option
 @snapshot_options
 @intercept_options()
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -47,8 +51,9 @@ def fork(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], run: str,
     at: int | None, spec: dict[str, Any], change: Change, on_divergence: OnDivergence,
-    restore: bool, ignore: tuple[str, ...], normalize: tuple[str, ...],
+    restore: bool, allow_unserved: bool, ignore: tuple[str, ...], normalize: tuple[str, ...],
     optional: tuple[str, ...], name: str | None, labels: tuple[str, ...], pace: str, port: int,
+    on_hangup: OnHangup,
     workspace: str | None, snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None,
     cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
@@ -69,7 +74,9 @@ def fork(
         name=name or spec.get("name"),
         labels={**spec.get("label", {}), **parse_pairs(labels, "--label")},
         on_divergence=on_divergence, restore=restore, pace=Pace.parse(pace), port=port,
+        on_hangup=on_hangup,
         workspace=workspace, snapshots=snapshot_policy, intercept=intercept, ignore=ignore,
-        normalize=normalize, optional=optional,
+        normalize=normalize, optional=optional, allow_unserved=allow_unserved,
     )  # fmt: skip
-    report_run(api.fork(run, cmd, at=int(step), change=change, options=options))
+    result = api.fork(run, cmd, at=int(step), change=change, options=options)
+    report_run(result, allow_unserved=allow_unserved)

@@ -8,21 +8,26 @@ Each bundle turns its flags into the values the API takes (`SnapshotPolicy`,
 from __future__ import annotations
 
 import functools
+import shlex
 import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import click
+import orjson
 
 from forkpoint.api import RunResult, make_change
+from forkpoint.api.results import unserved_error
 from forkpoint.cli.terminal import echo
 from forkpoint.engine.config import (
     DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_MAX_BODY,
     DEFAULT_UPSTREAM,
+    FINISH_FOR,
     OnDivergence,
+    OnHangup,
 )
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.errors import ConfigError, ForkpointError
@@ -33,7 +38,13 @@ Command = Callable[..., Any]
 # The exit code of a command whose run diverged from its recording, when CMD itself exited 0
 # (its agent swallowed the divergence error); see the README.
 EXIT_DIVERGED = 3
+# The exit code of a replay that left recorded exchanges unserved, when CMD itself exited 0.
+EXIT_UNSERVED = 4
 EXIT_USAGE = 2
+# The exit code of a command whose run parked (EX_TEMPFAIL): it goes on once answered.
+EXIT_PARKED = 75
+# How the CLI names the parts of a change (`Change.rewritten`).
+CHANGE_FLAGS = {"model": "--model", "system_prompt": "--system-prompt", "patch": "--patch"}
 
 
 def cassette_option(command: Command) -> Command:
@@ -78,7 +89,8 @@ def upstream_options(command: Command) -> Command:
         "routes",
         multiple=True,
         metavar="NAME=URL",
-        help="Serve URL under /NAME/ (repeatable). Built in: anthropic=https://api.anthropic.com.",
+        help="Serve URL under /NAME/ (repeatable). Built in: anthropic, gemini, ollama, cohere, "
+        "groq, cerebras (their providers), azure (your AZURE_OPENAI_ENDPOINT).",
     )(command)
     return click.option(
         "--upstream",
@@ -95,8 +107,8 @@ def limit_options(command: Command) -> Command:
     )(command)  # fmt: skip
     command = click.option(
         "--client-timeout", default=DEFAULT_CLIENT_TIMEOUT, show_default=True,
-        help="How long an agent may take to send a request's head, or stall in its body, "
-        "and how long an idle connection is kept, s.",
+        help="How long an agent may take to send a request (its head, then its body, "
+        "however often a byte comes), and how long an idle connection is kept, s.",
     )(command)  # fmt: skip
     command = click.option(
         "--max-record-body", default=None, type=click.IntRange(min=0),
@@ -172,6 +184,43 @@ def intercept_options(port: int = 0) -> Callable[[Command], Command]:
     return decorate
 
 
+def park_options(command: Command) -> Command:
+    """--park, --park-after, --park-timeout and --on-wake: when a run parks (its agent ended,
+    nothing held while it waits) and who starts it again once answered."""
+    command = click.option(
+        "--on-wake", "on_wake", default=None, metavar="CMD",
+        help="Wake a parked run by running CMD (a shell line; given the run id and the resume "
+        "command line as arguments and as FORKPOINT_RUN and FORKPOINT_RESUME) instead of "
+        "starting the agent here.",
+    )(command)  # fmt: skip
+    command = click.option(
+        "--park-timeout", default=None, metavar="DURATION",
+        help="A park's deadline (30s, 5m, 2h): then it is answered as its upstream's timeout "
+        "would be (a 504 in the API's shape), and woken.",
+    )(command)  # fmt: skip
+    command = click.option(
+        "--park-after", default=None, metavar="DURATION",
+        help="Park a run whose request has no answer from its upstream after DURATION; the "
+        "proxy keeps waiting on it, and its answer wakes the run.",
+    )(command)  # fmt: skip
+    command = click.option(
+        "--park", "park", multiple=True, metavar="[METHOD ]GLOB",
+        help="Park the run at a request to this route (sent nowhere: it waits for "
+        "`forkpoint answer RUN`); repeatable.",
+    )(command)  # fmt: skip
+    return command
+
+
+def on_wake_words(line: str | None) -> tuple[str, ...]:
+    """--on-wake's shell line as its words."""
+    if not line:
+        return ()
+    try:
+        return tuple(shlex.split(line))
+    except ValueError as error:
+        raise click.BadParameter(f"{line!r}: {error}", param_hint="--on-wake") from None
+
+
 def match_options(command: Command) -> Command:
     """--ignore, --normalize and --optional: how a replay matches requests to its recording,
     beside the project's forkpoint.toml or [tool.forkpoint] (they add to it)."""
@@ -196,6 +245,29 @@ def pace_option(command: Command) -> Command:
     return click.option(
         "--pace", default="fast", show_default=True,
         help="Replayed stream timing: fast, recorded, or xN (N times faster than recorded).",
+    )(command)  # fmt: skip
+
+
+def hangup_option(command: Command) -> Command:
+    """--on-hangup: what becomes of a live answer its agent leaves (`OnHangup`)."""
+    command = click.option(
+        "--on-hangup", type=click.Choice([h.value for h in OnHangup]),
+        default=OnHangup.FINISH.value, show_default=True,
+        help="A live answer under way when its agent hangs up (it crashed, or was killed): "
+        f"finish reads it to its end (at most {FINISH_FOR:g} s) and keeps it whole, so a "
+        "resume serves it at no cost; cancel records it cut where the agent left.",
+    )(command)  # fmt: skip
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, on_hangup: str, **kwargs: Any) -> Any:
+        return command(*args, on_hangup=OnHangup(on_hangup), **kwargs)
+
+    return wrapper
+
+def unserved_option(command: Command) -> Command:
+    return click.option(
+        "--allow-unserved", is_flag=True,
+        help="Exit as CMD does even when recorded exchanges were never asked for (else 4).",
     )(command)  # fmt: skip
 
 
@@ -318,6 +390,13 @@ def reports_errors(command: Command) -> Command:
     return wrapper
 
 
+def json_lines(documents: Iterable[dict[str, Any]]) -> None:
+    """Each document on a line of its own (JSON lines): a reader takes one run at a time, and a
+    store of thousands is never one array to parse whole."""
+    for document in documents:
+        click.echo(orjson.dumps(document).decode())
+
+
 def parse_pairs(pairs: tuple[str, ...], what: str, *, shape: str = "KEY=VALUE") -> dict[str, str]:
     parsed = {}
     for pair in pairs:
@@ -351,11 +430,38 @@ def prices(command: Command) -> Command:
     return wrapper
 
 
-def report_run(result: RunResult) -> None:
+def report_parked(result: RunResult) -> None:
+    """A run that parked: one line saying so and how to answer, then exit EXIT_PARKED."""
+    park = result.parked
+    assert park is not None
+    if park.answered_by == "upstream":
+        how = f"its upstream has answered: wake it with forkpoint wake {result.run_id}"
+    else:
+        how = f"answer it with: forkpoint answer {result.run_id} --body @FILE"
+    echo(
+        f"forkpoint: run {result.run_id} parked at step {park.step}, waiting on "
+        f"{park.waits_on}; its agent was ended; {how}",
+        err=True,
+    )
+    sys.exit(EXIT_PARKED)
+
+
+def report_run(result: RunResult, *, allow_unserved: bool = False) -> None:
     """Say how the run ended, on stderr (stdout is CMD's alone), and exit as CMD did: 128 + N
     for a command killed by signal N, as a shell reports it; EXIT_DIVERGED for a command that
-    exited 0 although its run diverged."""
-    echo(f"forkpoint: run {result.run_id} {result.status}, {result.steps} steps", err=True)
+    exited 0 although its run diverged; EXIT_UNSERVED for one that left recorded exchanges
+    unserved (unless `allow_unserved`)."""
+    if result.parked is not None:
+        report_parked(result)
+    served = f", {result.served} of {result.recorded} recorded served" if result.recorded else ""
+    echo(f"forkpoint: run {result.run_id} {result.status}, {result.steps} steps{served}", err=True)
+    for part in result.unapplied:
+        echo(
+            f"forkpoint: {CHANGE_FLAGS.get(part, part)} changed no request: none that went live "
+            "was a model call whose API forkpoint reads (see: forkpoint show "
+            f"{result.run_id})",
+            err=True,
+        )
     code = result.exit_code if result.exit_code >= 0 else 128 - result.exit_code
     if code == 0 and result.status is RunStatus.DIVERGED:
         echo(
@@ -364,4 +470,11 @@ def report_run(result: RunResult) -> None:
             err=True,
         )
         code = EXIT_DIVERGED
+    elif code == 0 and result.unserved and not allow_unserved:
+        echo(
+            f"forkpoint: {unserved_error(result.recorded, result.unserved)} "
+            f"(exit {EXIT_UNSERVED}; --allow-unserved accepts it)",
+            err=True,
+        )
+        code = EXIT_UNSERVED
     sys.exit(code)

@@ -15,6 +15,7 @@ from forkpoint.cli.options import (
     port_option,
     report_run,
     reports_errors,
+    unserved_option,
     upstream_options,
 )
 from forkpoint.engine.config import OnDivergence
@@ -28,6 +29,7 @@ from forkpoint.runtime.intercept import InterceptOptions
 @pace_option
 @click.option("--name", help="A name for the replay run.")
 @divergence_option
+@unserved_option
 @match_options
 @upstream_options
 @port_option
@@ -36,6 +38,7 @@ from forkpoint.runtime.intercept import InterceptOptions
 @reports_errors
 def replay(
     cassette: str | None, run: str, pace: str, name: str | None, on_divergence: str | None,
+    allow_unserved: bool,
     ignore: tuple[str, ...], normalize: tuple[str, ...], optional: tuple[str, ...],
     upstream: str | None, routes: tuple[str, ...], redact: tuple[str, ...], port: int,
     intercept: InterceptOptions | None, cmd: tuple[str, ...],
@@ -45,7 +48,9 @@ def replay(
     A request matches a recorded one exactly, or but for values its client generates (ids,
     times, directories), noted on the exchange. A request the recording does not have is a
     divergence: the agent gets an error naming the nearest recorded exchange, and the replay
-    run ends `diverged` (exit 3 if CMD exits 0).
+    run ends `diverged` (exit 3 if CMD exits 0). A replay whose agent never asked for some
+    recorded exchanges (a client that bypassed the proxy, an agent that stopped early) says
+    which, and exits 4 if CMD exits 0, unless --allow-unserved.
     With --on-divergence live the replay forks there instead and goes on live (to --upstream
     and --route, else where RUN's requests went).
 
@@ -56,6 +61,6 @@ def replay(
         cassette=cassette, pace=Pace.parse(pace), name=name, port=port,
         on_divergence=OnDivergence(on_divergence or "fail"), upstream=upstream,
         routes=parse_routes(routes), intercept=intercept, ignore=ignore, normalize=normalize,
-        optional=optional,
+        optional=optional, allow_unserved=allow_unserved,
     )  # fmt: skip
-    report_run(api.replay(run, cmd, options))
+    report_run(api.replay(run, cmd, options), allow_unserved=allow_unserved)

@@ -8,16 +8,20 @@ from forkpoint import api
 from forkpoint.cli.options import (
     cassette_option,
     divergence_option,
+    hangup_option,
     intercept_options,
     match_options,
+    on_wake_words,
+    park_options,
     parse_routes,
     port_option,
     report_run,
     reports_errors,
     snapshot_options,
+    unserved_option,
     upstream_options,
 )
-from forkpoint.engine.config import OnDivergence
+from forkpoint.engine.config import OnDivergence, OnHangup
 from forkpoint.engine.snapshot_policy import SnapshotPolicy
 from forkpoint.runtime.intercept import InterceptOptions
 
@@ -27,18 +31,25 @@ from forkpoint.runtime.intercept import InterceptOptions
 @upstream_options
 @click.argument("run")
 @divergence_option
+@unserved_option
 @match_options
 @port_option
+@hangup_option
 @snapshot_options
 @intercept_options()
+@park_options
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 @reports_errors
 def resume(
     cassette: str | None, upstream: str | None, routes: tuple[str, ...],
     redact: tuple[str, ...], run: str,
-    on_divergence: str | None, ignore: tuple[str, ...], normalize: tuple[str, ...],
-    optional: tuple[str, ...], port: int, workspace: str | None,
-    snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None, cmd: tuple[str, ...],
+    on_divergence: str | None, allow_unserved: bool,
+    ignore: tuple[str, ...], normalize: tuple[str, ...],
+    optional: tuple[str, ...], port: int,
+    on_hangup: OnHangup, workspace: str | None,
+    snapshot_policy: SnapshotPolicy, intercept: InterceptOptions | None,
+    park: tuple[str, ...], park_after: str | None, park_timeout: str | None,
+    on_wake: str | None, cmd: tuple[str, ...],
 ) -> None:  # fmt: skip
     """Restart CMD for RUN, a run that crashed or was stopped, and finish it.
 
@@ -52,8 +63,11 @@ def resume(
     options = api.Options(
         redact=redact,
         cassette=cassette, upstream=upstream, routes=parse_routes(routes), port=port,
+        on_hangup=on_hangup,
         on_divergence=OnDivergence(on_divergence or "fail"), workspace=workspace,
         snapshots=snapshot_policy, intercept=intercept, ignore=ignore, normalize=normalize,
-        optional=optional,
+        optional=optional, allow_unserved=allow_unserved,
+        park=park, park_after=park_after, park_timeout=park_timeout,
+        on_wake=on_wake_words(on_wake),
     )  # fmt: skip
-    report_run(api.resume(run, cmd, options))
+    report_run(api.resume(run, cmd, options), allow_unserved=allow_unserved)

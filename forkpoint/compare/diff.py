@@ -62,10 +62,13 @@ class Action:
 
     @property
     def label(self) -> str:
-        """`gpt-4o → lookup_order` for a model call, `GET /orders/A1` for an HTTP call."""
+        """`gpt-4o → lookup_order` for a model call, `GET /orders/A1` for an HTTP call,
+        `tool lookup_order {"id":"A1"}` for a tool call an API names (MCP's `tools/call`)."""
         if self.kind == Kind.LLM:
             calls = ", ".join(call.name for call in self.tool_calls)
             return (self.model or "?") + (f" → {calls}" if calls else "")
+        if self.kind == Kind.TOOL and self.tool_calls:
+            return ", ".join(f"tool {call.name} {call.arguments}" for call in self.tool_calls)
         return f"{self.method} {self.route}"
 
 

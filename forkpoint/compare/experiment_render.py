@@ -16,7 +16,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
-from forkpoint.compare.cost import PRICES, usd
+from forkpoint.compare.cost import PRICES, usd, usd_total
 from forkpoint.compare.diff import SequencedCall, run_label
 from forkpoint.compare.experiment_check import CheckResult
 from forkpoint.compare.experiment_results import Branch, CheckTally, Experiment, Summary
@@ -26,8 +26,10 @@ from forkpoint.models import Run
 __all__ = [
     "SCHEMA",
     "check_text",
+    "cost_cells",
     "experiment_json",
     "experiment_renderable",
+    "fit_labels",
     "headline",
     "print_experiment",
     "short_label",
@@ -82,16 +84,15 @@ def experiment_json(experiment: Experiment) -> dict[str, Any]:
 
 
 def _branch_json(branch: Branch) -> dict[str, Any]:
-    source, run, diff = branch.source, branch.run, branch.diff
+    source, run, diff, delta = branch.source, branch.run, branch.diff, branch.delta
     from_fork = None
-    if diff is not None and diff.a.from_fork and diff.b.from_fork and diff.from_fork_delta:
+    if diff is not None and diff.a.from_fork and diff.b.from_fork:
         from_fork = {
             "parent": diff.a.from_fork.to_json(),
             "branch": diff.b.from_fork.to_json(),
-            "delta": {
-                "tokens": diff.from_fork_delta.tokens,
-                "cost_usd": _float(diff.from_fork_delta.cost_usd),
-            },
+            "delta": None
+            if delta is None
+            else {"tokens": delta.tokens, "cost_usd": _float(delta.cost_usd)},
         }
     return {
         "seq": branch.seq,
@@ -222,14 +223,26 @@ def short_label(run: Run) -> str:
     return run.name or run.id
 
 
-def distinct_tails(labels: list[str], *, keep: int = 4) -> list[str]:
-    """Labels with the long prefix they all share elided (`…` and its last `keep` characters
-    kept), so what tells them apart is what a narrow table shows."""
-    common = os.path.commonprefix(labels) if len(labels) > 1 else ""  # noqa: RUF071 (by character)
-    if len(common) <= keep + 8 or any(len(label) == len(common) for label in labels):
+def fit_labels(labels: list[str], width: int) -> list[str]:
+    """Labels cut to `width` characters keeping what tells them apart: a label too long loses
+    the start it shares with the others first (`…`), then its end (found by a user: at 80
+    columns the demo's `ticket-A1001` … `ticket-A1005` were all cut to `ticket-A1…`)."""
+    if width < 2 or all(len(label) <= width for label in labels):
         return labels
-    cut = len(common) - keep
-    return ["…" + label[cut:] for label in labels]
+    distinct = len(set(labels)) > 1
+    common = os.path.commonprefix(labels) if distinct else ""  # noqa: RUF071 (by character)
+    return [_fit(label, width, len(common)) for label in labels]
+
+
+def _fit(label: str, width: int, shared: int) -> str:
+    if len(label) <= width:
+        return label
+    if shared == 0:  # nothing shared to drop: the start, then `…`
+        return label[: width - 1] + "…"
+    start = max(1, min(len(label) - (width - 1), shared))
+    if len(label) - start <= width - 1:  # all that differs, and the shared part nearest it
+        return "…" + label[start:]
+    return "…" + label[start : start + width - 2] + "…"
 
 
 def check_text(result: CheckResult | None) -> str:
@@ -250,58 +263,55 @@ def _changed(value: bool | None) -> str:
 
 
 def experiment_renderable(experiment: Experiment) -> RenderableType:
-    """Headline, one row per run, the verdicts, then why any fork failed."""
-    parts: list[RenderableType] = [
-        Text(headline(experiment), style="bold"),
-        _RunsTable(experiment),
-    ]
+    """Headline, one row per run, the verdicts (`print_experiment` adds why forks failed)."""
     verdicts = Table(box=None, show_header=False, padding=(0, 2, 0, 0))
     for topic, sentence in verdict_rows(experiment):
         verdicts.add_row(Text(topic, style="bold"), sentence)
-    parts.append(verdicts)
+    return Group(Text(headline(experiment), style="bold"), _RunsTable(experiment), verdicts)
+
+
+def print_experiment(experiment: Experiment, console: Console | None = None) -> None:
+    """The report, then why each failed fork failed: each line whole, never wrapped by us (a
+    traceback's paths and names stay whole; a terminal folds what is wider than itself)."""
+    console = console or Console()
+    console.print(experiment_renderable(experiment))
     failed = [b for b in experiment.branches if not b.ok]
     if failed:
-        parts.append(Text("failed forks", style="italic"))
-        for branch in failed:
-            parts.append(
-                Text(f"{branch.seq + 1}  {run_label(branch.source)}: {branch.error}", style="red")
-            )
+        console.print(Text("failed forks", style="italic"))
+    for branch in failed:
+        why = f"{branch.seq + 1}  {run_label(branch.source)}: {branch.error}"
+        console.print(Text(why, style="red"), soft_wrap=True)
     checks = " check: parent → branch;" if experiment.spec.get("check") else ""
     notes = [
         f"tools, answer: = same as the parent, ≠ changed;{checks} prices: {PRICES}",
         f"each branch is named {experiment.name}/RUN; to compare one pair: "
         f"forkpoint diff RUN {experiment.name}/RUN",
     ]
-    parts.append(Text("\n".join(notes), style="dim"))
-    return Group(*parts)
+    console.print(Text("\n".join(notes), style="dim"))
 
 
 class _RunsTable:
     """One line per run, whatever the terminal's width: every column keeps its width but the
-    run's, which takes what is left, and whose labels lose what they all share first (found
-    by a user: at 80 columns every name was cut to the same prefix and cells wrapped over
-    three lines)."""
+    run's, which takes what is left, its labels cut to keep what tells them apart
+    (`fit_labels`). A fork that did not finish says how it ended where the comparison would
+    be, and compares nothing: its tool calls, answer and deltas would be changes it never
+    made."""
 
     def __init__(self, experiment: Experiment):
         checked = experiment.spec.get("check") is not None
         self.headers = ["#", "run", "at", "tools", "answer", *(["check"] if checked else [])]
         self.headers += ["parent $", "branch $", "Δ $", "Δ tokens"]
-        labels = distinct_tails([short_label(b.source) for b in experiment.branches])
+        self.labels = [short_label(b.source) for b in experiment.branches]
         self.rows: list[list[str | Text]] = []
-        for b, label in zip(experiment.branches, labels, strict=True):
-            run = Text(label)
-            if not b.ok:
-                run.append(f" {b.run.status if b.run else 'not forked'}", style="red")
-            row: list[str | Text] = [
-                str(b.seq + 1),
-                run,
-                "-" if b.at is None else str(b.at),
-                _changed(b.behaviour_changed),
-                _changed(b.answer_changed),
-            ]
-            if checked:
-                row.append(f"{check_text(b.parent_check)} → {check_text(b.check)}")
-            row.extend(_cost_cells(b))
+        for b in experiment.branches:
+            row: list[str | Text] = [str(b.seq + 1), "", "-" if b.at is None else str(b.at)]
+            if b.outcome is not None:
+                row += [Text(b.outcome, style="red"), "", *([""] if checked else [])]
+            else:
+                row += [_changed(b.behaviour_changed), _changed(b.answer_changed)]
+                if checked:
+                    row.append(f"{check_text(b.parent_check)} → {check_text(b.check)}")
+            row.extend(cost_cells(b))
             self.rows.append(row)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -311,9 +321,7 @@ class _RunsTable:
         ]
         others = sum(w for name, w in zip(self.headers, widths, strict=True) if name != "run")
         run_width = max(8, options.max_width - others - (len(self.headers) - 1))
-        table = Table(
-            box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0
-        )
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=0)
         for name, width in zip(self.headers, widths, strict=True):
             if name == "run":
                 table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=run_width)
@@ -322,23 +330,18 @@ class _RunsTable:
                     "left" if name in ("tools", "answer", "check") else "right"
                 )
                 table.add_column(name, justify=justify, no_wrap=True, min_width=width)
-        for row in self.rows:
-            table.add_row(*row)
+        for row, label in zip(self.rows, fit_labels(self.labels, run_width), strict=True):
+            table.add_row(row[0], label, *row[2:])
         yield table
 
 
-def _cost_cells(branch: Branch) -> list[str]:
-    parent, mine, diff = branch.parent_totals, branch.branch_totals, branch.diff
-    if parent is None or mine is None or diff is None or diff.from_fork_delta is None:
-        return ["-", "-", "-", "-"]
-    delta = diff.from_fork_delta
-    return [
-        usd(parent.cost_usd),
-        usd(mine.cost_usd),
-        usd(delta.cost_usd, signed=True),
-        f"{delta.tokens:+,}",
-    ]
-
-
-def print_experiment(experiment: Experiment, console: Console | None = None) -> None:
-    (console or Console()).print(experiment_renderable(experiment))
+def cost_cells(branch: Branch) -> list[str]:
+    """Parent and branch cost from the fork step on, and the deltas for a branch that finished
+    (what a failed one spent is shown, not set against its parent's)."""
+    parent, mine, delta = branch.parent_totals, branch.branch_totals, branch.delta
+    if parent is None or mine is None:
+        return ["-", "-", "", ""]
+    costs = [usd_total(parent, short=True), usd_total(mine, short=True)]
+    if delta is None:
+        return [*costs, "", ""]
+    return [*costs, usd(delta.cost_usd, signed=True), f"{delta.tokens:+,}"]

@@ -5,7 +5,9 @@ as `forkpoint diff`), so a report never disagrees with a diff of one of its pair
 the runs cannot tell (fork step, exit code, error, check results) comes from the experiment's
 own rows. Cost and tokens compare the forked part: the parent's steps from the fork step on
 against the branch's (whose replayed prefix cost nothing). The tallies count the branches that
-finished; failed ones are listed apart.
+finished; failed ones are listed apart, and nothing compares them with their parent: a branch
+that crashed or diverged stopped short, so its tool calls, answer, cost and tokens would read
+as changes it never made (`behaviour_changed`, `answer_changed` and `delta` are None for it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from forkpoint.cassettes.store import Store
 from forkpoint.compare.cost import RunTotals
-from forkpoint.compare.diff import RunDiff, diff_stored
+from forkpoint.compare.diff import Delta, RunDiff, diff_stored
 from forkpoint.compare.experiment_check import CheckResult
 from forkpoint.models import Run
 
@@ -44,13 +46,27 @@ class Branch:
         return self.run is not None and self.error is None
 
     @property
+    def outcome(self) -> str | None:
+        """Why there is nothing to compare: `not forked`, or how the branch ended (`crashed`,
+        `diverged`); None for a branch that finished."""
+        if self.ok:
+            return None
+        return str(self.run.status) if self.run is not None else "not forked"
+
+    @property
     def behaviour_changed(self) -> bool | None:
-        """Whether the model asked for other tool calls (names, arguments) than the parent's."""
-        return None if self.diff is None else not self.diff.tool_calls_match
+        """Whether the model asked for other tool calls (names, arguments) than the parent's;
+        None unless the branch finished."""
+        return None if self.diff is None or not self.ok else not self.diff.tool_calls_match
 
     @property
     def answer_changed(self) -> bool | None:
-        return None if self.diff is None else not self.diff.answers_match
+        return None if self.diff is None or not self.ok else not self.diff.answers_match
+
+    @property
+    def delta(self) -> Delta | None:
+        """Branch minus parent from the fork step on; None unless the branch finished."""
+        return None if self.diff is None or not self.ok else self.diff.from_fork_delta
 
     @property
     def parent_totals(self) -> RunTotals | None:

@@ -1,20 +1,32 @@
 """A run diff as one self-contained HTML page: inline CSS, no scripts, no external assets.
 
 Every value from the cassette is escaped; the page can be mailed or attached to a ticket and
-opened anywhere.
+opened anywhere. The web view (`forkpoint ui`) shows the same body (`diff_body`) in its own
+page, with the runs linked.
 """
 
 from __future__ import annotations
 
 from html import escape
+from typing import Protocol
 
 from forkpoint.compare.cost import PRICES, usd
-from forkpoint.compare.diff import Action, RunDiff, run_label, tool_call_pairs
-from forkpoint.compare.render import change_text, relation_text, totals_rows
+from forkpoint.compare.diff import Action, RunDiff, StepDiff, run_label, tool_call_pairs
+from forkpoint.compare.render import change_text, ms, relation_text, signed, totals_rows
+from forkpoint.models import Run
 
-__all__ = ["diff_html"]
+__all__ = ["CSS", "Links", "diff_body", "diff_html"]
 
-_CSS = """
+
+class Links(Protocol):
+    """Where the web view shows a run and a diff of two, for a body shown inside it."""
+
+    def run(self, run: Run) -> str: ...
+
+    def diff(self, a: Run, b: Run) -> str: ...
+
+
+CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #222; }
 h1 { font-size: 1.3rem; } h2 { font-size: 1.05rem; margin-top: 2rem; }
 table { border-collapse: collapse; width: 100%; }
@@ -31,10 +43,20 @@ code, pre { font: 12.5px ui-monospace, monospace; } pre { background: #f8f8f8; p
 def diff_html(diff: RunDiff) -> str:
     """The whole page for `diff`."""
     a, b = run_label(diff.a.run), run_label(diff.b.run)
-    body = "\n".join(
+    return (
+        "<!DOCTYPE html>\n<html lang=en>\n<head>\n<meta charset=utf-8>\n"
+        f"<title>forkpoint diff {escape(a)} vs {escape(b)}</title>\n"
+        f"<style>{CSS}</style>\n</head>\n<body>\n{diff_body(diff)}\n</body>\n</html>\n"
+    )
+
+
+def diff_body(diff: RunDiff, *, links: Links | None = None) -> str:
+    """The page's content, escaped HTML; with `links`, each run's name links to its page."""
+    a, b = run_html(diff.a.run, links), run_html(diff.b.run, links)
+    return "\n".join(
         [
-            f"<h1>forkpoint diff: {escape(a)} → {escape(b)}</h1>",
-            _summary(diff),
+            f"<h1>forkpoint diff: {a} → {b}</h1>",
+            _summary(diff, links),
             "<h2>Steps</h2>",
             _steps(diff),
             "<h2>Tool calls</h2>",
@@ -45,20 +67,21 @@ def diff_html(diff: RunDiff) -> str:
             _answers(diff),
         ]
     )
-    return (
-        "<!DOCTYPE html>\n<html lang=en>\n<head>\n<meta charset=utf-8>\n"
-        f"<title>forkpoint diff {escape(a)} vs {escape(b)}</title>\n"
-        f"<style>{_CSS}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
-    )
 
 
-def _summary(diff: RunDiff) -> str:
+def run_html(run: Run, links: Links | None, label: str | None = None) -> str:
+    """A run's label (`label`, else its name and short id), linked to its page if `links`."""
+    text = escape(label or run_label(run))
+    return text if links is None else f'<a href="{escape(links.run(run))}">{text}</a>'
+
+
+def _summary(diff: RunDiff, links: Links | None) -> str:
     rows = []
     for letter, side in (("A", diff.a), ("B", diff.b)):
         run = side.run
         change = f", change <code>{escape(change_text(run.change))}</code>" if run.change else ""
         rows.append(
-            f"<li><b>{letter}</b> {escape(run_label(run))}, {escape(run.status)}, "
+            f"<li><b>{letter}</b> {run_html(run, links)}, {escape(run.status)}, "
             f"{escape(run.mode)}, {side.totals.steps} steps{change}</li>"
         )
     if diff.identical:
@@ -74,10 +97,27 @@ def _steps(diff: RunDiff) -> str:
     rows = [
         f"<tr{'' if s.matches else ' class=differs'}><td class=num>{s.step}</td>"
         f"<td>{_action(s.a)}</td><td>{_action(s.b)}</td>"
-        f"<td>{'=' if s.matches else escape(', '.join(s.differences))}</td></tr>"
+        f"<td>{'=' if s.matches else escape(', '.join(s.differences))}</td>"
+        f"<td class=num>{escape(_step_delta(s))}</td></tr>"
         for s in diff.steps
     ]
-    return _table(["step", "A", "B", "differs in"], rows)
+    return _table(["step", "A", "B", "differs in", "B - A"], rows)
+
+
+def _step_delta(step: StepDiff) -> str:
+    """What B's step took more than A's: time, tokens, cost (`+120 ms, -340 tok, -$0.0012`)."""
+    a, b = step.a, step.b
+    if a is None or b is None:
+        return ""
+    parts = []
+    if a.duration_ms is not None and b.duration_ms is not None:
+        parts.append(ms(b.duration_ms - a.duration_ms, sign=True))
+    if a.usage is not None or b.usage is not None:
+        tokens = (b.usage.total if b.usage else 0) - (a.usage.total if a.usage else 0)
+        parts.append(f"{signed(tokens)} tok")
+    if a.cost_usd is not None and b.cost_usd is not None:
+        parts.append(usd(b.cost_usd - a.cost_usd, signed=True))
+    return ", ".join(parts)
 
 
 def _action(action: Action | None) -> str:

@@ -16,7 +16,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from forkpoint.compare.cost import PRICES, RunTotals, usage_json, usd
+from forkpoint.compare.cost import PRICES, RunTotals, usage_json, usd, usd_total
 from forkpoint.compare.diff import (
     Action,
     Delta,
@@ -182,9 +182,7 @@ def _totals_rows(a: RunTotals, b: RunTotals, delta: Delta) -> Iterator[tuple[str
 
 
 def _cost(totals: RunTotals) -> str:
-    if totals.cost_usd is None:
-        return f"? ({len(totals.unpriced_steps)} unpriced)"
-    return usd(totals.cost_usd)
+    return usd_total(totals)
 
 
 def _replayed(totals: RunTotals) -> str:

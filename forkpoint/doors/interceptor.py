@@ -33,6 +33,7 @@ from mitmproxy import connection, http, tcp, tls
 
 from forkpoint.doors.reach import same
 from forkpoint.engine.config import INTERCEPT_HEADER, ORIGIN_HEADER, RUN_HEADER
+from forkpoint.engine.pieces import REQUEST_HOLD
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +58,18 @@ class Interceptor:
         if run_id is not None:
             self._runs[flow.client_conn] = run_id
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """Each request is sent on to the gateway as soon as its head is read: a large body
+        (or one of unknown length) goes as it arrives, as the gateway reads it, never whole
+        in mitmproxy's memory."""
         if not self._admit(flow):
             return
         request = flow.request
+        length = request.headers.get("content-length")
+        if (length is not None and length.isdigit() and int(length) > REQUEST_HOLD) or (
+            length is None and "chunked" in request.headers.get("transfer-encoding", "").lower()
+        ):
+            request.stream = True
         headers = request.headers
         run_id = headers.get(RUN_HEADER) or proxy_user(headers) or self._runs.get(flow.client_conn)
         for name in (RUN_HEADER, "proxy-authorization", INTERCEPT_HEADER, ORIGIN_HEADER):

@@ -1,5 +1,6 @@
 """The front door's side of bodies in pieces: handing them to the recorder no faster than it
-writes them, and reading them back from the store as a replay serves them.
+writes them (a response's, and a request's as it arrives: `doors.uploads`), and reading them
+back from the store as a replay serves them.
 
 Both keep a large body out of the proxy's memory. A body arriving faster than the store takes
 it waits in the upstream's socket: every SPILL_AHEAD bytes of pieces, the door waits (on a
@@ -39,8 +40,14 @@ class Spilling:
         self._ahead = 0  # bytes of pieces submitted since the writer last caught up
 
     async def spill(self, blob: Blob) -> None:
-        self._recorder.submit(blob)
-        self._ahead += len(blob.data)
+        await self.spill_all([blob])
+
+    async def spill_all(self, blobs: list[Blob]) -> None:
+        """Submit `blobs` (all of them, before any wait: a wait cut short by a hang-up leaves
+        none unsubmitted), then wait if the writer is behind."""
+        for blob in blobs:
+            self._recorder.submit(blob)
+            self._ahead += len(blob.data)
         if self._ahead >= SPILL_AHEAD:
             self._ahead = 0
             if not await asyncio.to_thread(self._recorder.flush, SPILL_WAIT):

@@ -1,18 +1,21 @@
 """What a front door needs from the running proxy, as protocols: the door depends on these, and
-`forkpoint.runtime` provides them, so the doors import nothing above them."""
+`forkpoint.runtime` provides them (or, for `Pages`, the command), so the doors import nothing
+above them."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Protocol
+
+from aiohttp import web
 
 from forkpoint.adapters.protocol import Adapter
 from forkpoint.engine.frames import Frame
 from forkpoint.engine.session import Session
-from forkpoint.models import Blob, Exchange, Headers, Piece, Run, Snapshot
+from forkpoint.models import Blob, Ending, Exchange, Headers, Piece, Run, Snapshot, Ticket
 
-Item = Exchange | Snapshot | Run | Blob
+Item = Exchange | Snapshot | Run | Blob | Ticket | Ending
 
 
 class Sessions(Protocol):
@@ -26,10 +29,11 @@ class Sessions(Protocol):
         on any thread that must not wait; None otherwise."""
         ...
 
-    async def allocate(self, session: Session) -> int | None:
-        """The step of a request that just arrived, when the store numbers the session's steps
-        (other proxies may serve its run too); None when the session numbers its own. Raises
-        CassetteError when the store cannot give one."""
+    def allocate(self, session: Session) -> int | None:
+        """The provisional step (a ticket, `models.Ticket`) of a request that just arrived,
+        when the store numbers the session's steps (other proxies may serve its run too): the
+        store gives the step when it writes the request, so nothing waits on it; None when the
+        session numbers its own."""
         ...
 
 
@@ -55,6 +59,15 @@ class Pieces(Protocol):
 class Snapshots(Protocol):
     def on_request(self, run_id: str, step: int, *, llm: bool) -> list[asyncio.Task[None]]:
         """Start the state pulls due at this step; the door holds the answer until they end."""
+        ...
+
+    async def pull(self, run_id: str, step: int) -> None:
+        """Pull every adapter of the run now, whatever the policy (the run parks): the
+        snapshots are handed to the recorder before this returns."""
+        ...
+
+    def forget(self, run_id: str) -> None:
+        """The run's agent is gone (parked): its adapters are pulled no more."""
         ...
 
     async def attach(self, session: Session, adapter: Adapter) -> int | None:
@@ -95,8 +108,11 @@ class UpstreamSocket(Protocol):
 
 
 class Sender(Protocol):
-    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
-        """Send a request; raises UpstreamError when no response head arrives."""
+    async def send(
+        self, method: str, url: str, headers: Headers, body: bytes | AsyncIterable[bytes]
+    ) -> UpstreamResponse:
+        """Send a request, its body whole or as it comes (an upload; chunked unless `headers`
+        give its Content-Length); raises UpstreamError when no response head arrives."""
         ...
 
     async def websocket(
@@ -104,3 +120,12 @@ class Sender(Protocol):
     ) -> UpstreamSocket:
         """Open a websocket (ws:// or wss://); raises UpstreamError when no answer comes."""
         ...
+
+
+class Pages(Protocol):
+    """Pages the gateway serves beside the proxy under a path (the web view, `forkpoint.ui`):
+    given the request and what follows that path in it; closed as the proxy stops."""
+
+    async def __call__(self, request: web.Request, path: str) -> web.StreamResponse: ...
+
+    async def close(self) -> None: ...

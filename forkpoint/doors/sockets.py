@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 
 from aiohttp import WSMsgType, web
@@ -36,7 +35,7 @@ from forkpoint.engine.websocket import (
     ToUpstream,
     connect,
 )
-from forkpoint.errors import CassetteError, UpstreamError
+from forkpoint.errors import UpstreamError
 
 # What described the body of a refused handshake, which aiohttp does not keep.
 _BODY = frozenset({"content-length", "content-encoding", "transfer-encoding"})
@@ -137,12 +136,7 @@ class _Serving:
                     frame = Frame(message.data, binary=True)
                 else:
                     break
-                try:
-                    step = await self._sessions.allocate(self._connection.session)
-                except CassetteError as error:  # a message nobody could number: not sent on
-                    logging.getLogger(__name__).warning("forkpoint: %s", error)
-                    await self._socket.close(code=1011, message=b"forkpoint: the store is away")
-                    break
+                step = self._sessions.allocate(self._connection.session)
                 await self._carry_out(
                     self._connection.from_agent(frame, time.perf_counter(), step=step)
                 )

@@ -15,6 +15,7 @@ import jsonpatch
 import orjson
 
 from forkpoint.engine.mocks import MockRule
+from forkpoint.engine.urls import without_userinfo
 from forkpoint.errors import ConfigError
 
 
@@ -29,15 +30,22 @@ class Change:
     mocks: tuple[MockRule, ...] = field(default=())
 
     def rewrites(self) -> bool:
-        return bool(self.model or self.system_prompt is not None or self.patch)
+        """Whether it rewrites LLM requests at all (asked of every request)."""
+        return bool(self.model) or self.system_prompt is not None or bool(self.patch)
+
+    def rewritten(self) -> frozenset[str]:
+        """What of LLM requests it rewrites: "model", "system_prompt", "patch"."""
+        parts = {"model": bool(self.model), "system_prompt": self.system_prompt is not None,
+                 "patch": bool(self.patch)}  # fmt: skip
+        return frozenset(name for name, given in parts.items() if given)
 
     def to_json(self) -> dict[str, Any]:
         """The change as stored with the child run: enough to read and to reproduce it."""
         stored: dict[str, Any] = {}
         if self.model:
             stored["model"] = self.model
-        if self.upstream:
-            stored["upstream"] = self.upstream
+        if self.upstream:  # without its credentials (given again to a fork of the fork)
+            stored["upstream"] = without_userinfo(self.upstream)
         if self.system_prompt is not None:
             stored["system_prompt"] = self.system_prompt
         if self.patch:
@@ -76,33 +84,51 @@ def _set_gemini_system(body: dict[str, Any], text: str) -> None:
     body["systemInstruction"] = {"parts": [{"text": text}]}
 
 
+def _set_generate_system(body: dict[str, Any], text: str) -> None:
+    body["system"] = text
+
+
 _SYSTEM_SETTERS: dict[str, Callable[[dict[str, Any], str], None]] = {
     "openai_chat": _set_chat_system,
     "openai_responses": _set_responses_system,
     "anthropic_messages": _set_anthropic_system,
     "gemini": _set_gemini_system,
+    "ollama_chat": _set_chat_system,  # Ollama and Cohere keep it as Chat does: a system message
+    "cohere_chat": _set_chat_system,
+    "ollama_generate": _set_generate_system,
 }
-# Where the model is a body field; Gemini's is in the path (the dialect's `with_model`).
+# Where the model is a body field; Gemini's is in the path (the dialect's `with_model`), and
+# so is an Azure OpenAI deployment's (as well as in the body).
 _MODEL_IN_BODY = frozenset(
     {"openai_chat", "openai_responses", "anthropic_messages", "openai_embeddings",
-     "openai_completions"}
+     "openai_completions", "ollama_chat", "ollama_generate", "cohere_chat"}
 )  # fmt: skip
 
 
 def apply(change: Change, dialect: str, body: bytes) -> bytes:
     """The LLM request body with the change applied; other bodies come back untouched."""
+    return applied(change, dialect, body)[0]
+
+
+def applied(change: Change, dialect: str, body: bytes) -> tuple[bytes, frozenset[str]]:
+    """The request body with the change applied, and what of the change it took ("model",
+    "system_prompt", "patch"): nothing for a body that is no JSON object or of no model API,
+    so a change that touched no request at all can be told."""
     if dialect == "generic" or not change.rewrites():
-        return body
+        return body, frozenset()
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return body
+        return body, frozenset()
     if not isinstance(value, dict):
-        return body
+        return body, frozenset()
+    took = set()
     if change.model and dialect in _MODEL_IN_BODY:
         value["model"] = change.model
+        took.add("model")
     if change.system_prompt is not None and dialect in _SYSTEM_SETTERS:
         _SYSTEM_SETTERS[dialect](value, change.system_prompt)
+        took.add("system_prompt")
     if change.patch:
         try:
             value = jsonpatch.apply_patch(value, list(change.patch))
@@ -110,7 +136,8 @@ def apply(change: Change, dialect: str, body: bytes) -> bytes:
             raise ConfigError(
                 f"--patch does not apply to this {dialect} request: {error}"
             ) from error
-    return orjson.dumps(value)
+        took.add("patch")
+    return orjson.dumps(value), frozenset(took)
 
 
 def load_patch(text: str) -> tuple[dict[str, Any], ...]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from forkpoint.engine.matching import MatchConfig
+from forkpoint.engine.parking import Parking
 from forkpoint.engine.redaction import Redaction
 from forkpoint.models import Exchange
 
@@ -32,9 +33,20 @@ PIECE_SIZE = 4 * 1024 * 1024
 # idle connection is kept (s): a client that sends slowly cannot hold a connection forever.
 DEFAULT_CLIENT_TIMEOUT = 60.0
 # Where a recording sends requests when told nothing else: the default route goes to OpenAI,
-# `/anthropic/...` to Anthropic (the base URLs `forkpoint record` gives a command).
+# `/anthropic/...` to Anthropic, and so on: the base URLs `forkpoint record` gives a command
+# (`api.env.CLIENTS`).
 DEFAULT_UPSTREAM = "https://api.openai.com"
-DEFAULT_ROUTES = {"anthropic": "https://api.anthropic.com"}
+DEFAULT_ROUTES = {
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+    "ollama": "http://127.0.0.1:11434",
+    "cohere": "https://api.cohere.com",
+    "groq": "https://api.groq.com",
+    "cerebras": "https://api.cerebras.ai",
+}
+# Routes of clients whose upstream only the user knows (an Azure OpenAI resource): served when
+# their variable or a --route names it, never sent to the default upstream with their key.
+OWN_ROUTES = frozenset({"azure"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +62,8 @@ class Routes:
         segment, _, rest = route.lstrip("/").partition("/")
         if segment in self.prefixes:
             return _join(default or self.prefixes[segment], "/" + rest)
+        if segment in OWN_ROUTES:
+            return None if default is None else _join(default, "/" + rest)
         base = default or self.default
         return None if base is None else _join(base, route)
 
@@ -85,6 +99,28 @@ def _join(base: str, route: str) -> str:
     return base.rstrip("/") + (route if route.startswith("/") else "/" + route)
 
 
+class OnHangup(StrEnum):
+    """What becomes of a live answer under way when its agent hangs up.
+
+    `finish` (the default): the proxy reads it to its end, for at most `FINISH_FOR` seconds
+    and `FINISH_BYTES` more bytes, and records it whole, so that a resume serves it from the
+    cassette instead of paying for it again. An agent that hangs up mid-answer has crashed or
+    been killed far more often than it has changed its mind, and nobody waits on the rest: the
+    agent is gone, so reading on costs it no time, and the upstream has been asked already.
+    `cancel`: the answer is given up where the agent left it and recorded cut, as forkpoint
+    did before (the upstream sees the hang-up at once, as it would without forkpoint).
+    An answer whose head had not come yet is given up either way: nothing was under way.
+    """
+
+    FINISH = "finish"
+    CANCEL = "cancel"
+
+
+# The bounds on reading an answer on after its agent hung up (`OnHangup.FINISH`).
+FINISH_FOR = 300.0
+FINISH_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     routes: Routes = Routes()
@@ -92,6 +128,9 @@ class EngineConfig:
     # A cap on the bytes of a response body recorded (None: every byte, in pieces past
     # DEFAULT_HOLD_BODY); past it the exchange is recorded as what was kept, incomplete.
     max_record_body: int | None = None
+    on_hangup: OnHangup = OnHangup.FINISH
+    # which requests park their run (`--park`, `--park-after`, `--park-timeout`)
+    parking: Parking = Parking()
 
     @property
     def redaction(self) -> Redaction:

@@ -1,10 +1,10 @@
 """The engine decides, the front doors act: what to do with one request of a session.
 
 `decide` returns one action — forward the request upstream (the fork's change applied), serve
-a recorded or mocked exchange, run a mock callable, or fail with forkpoint's own error (a
-divergence report) — carrying the exchange record the response will complete (see
-`lifecycle`). It imports no aiohttp, mitmproxy or sqlite, so every rule is tested with plain
-data.
+a recorded or mocked exchange, run a mock callable, fail with forkpoint's own error (a
+divergence report), or send nothing and await an answer (a park rule's request) — carrying
+the exchange record the response will complete (see `lifecycle`). It imports no aiohttp,
+mitmproxy or sqlite, so every rule is tested with plain data.
 """
 
 from __future__ import annotations
@@ -12,38 +12,51 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from forkpoint.engine import changes, matching, optional
+from forkpoint.engine import changes, matching, mcp, mcp_sessions, optional, parking
 from forkpoint.engine.config import DIVERGENCE_STATUS, GATEWAY_HEADERS, EngineConfig, OnDivergence
-from forkpoint.engine.dialects import GENERIC, dialect_for
+from forkpoint.engine.dialects import dialect_for, is_model_api
+from forkpoint.engine.dialects.mcp import error_for, is_mcp, tool_name
 from forkpoint.engine.divergence import Divergence, find_divergence
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 from forkpoint.engine.mocks import MockKind, MockRule, first_match
-from forkpoint.engine.redaction import end_to_end
+from forkpoint.engine.redaction import DEFAULT, Redaction, end_to_end
 from forkpoint.engine.session import Session
 from forkpoint.engine.tiers import Asked
+from forkpoint.engine.uploads import Upload
+from forkpoint.engine.urls import without_userinfo
 from forkpoint.errors import ConfigError
 from forkpoint.models import Exchange, Headers, Mode, Origin, RunStatus, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A request as the agent sent it, with the run prefix (`/r/<id>`) already removed."""
+    """A request as the agent sent it, with the run prefix (`/r/<id>`) already removed.
+
+    `upload`: a body too large to hold, read in pieces as it passes (`engine.uploads`); `body`
+    is then as much of it as the door read before deciding (all of it, when its session needs
+    it whole). A session that replays decides on one that has ended (its fingerprint known);
+    a live one at once.
+    """
 
     method: str
     route: str
     headers: Headers
     body: bytes
+    upload: Upload | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Forward:
-    """Send `body` to `url`; `llm` marks a model request (a step boundary for snapshots)."""
+    """Send `body` to `url`; `llm` marks a model request (a step boundary for snapshots);
+    `handshake`, an MCP session the live server must open first (`engine.mcp_sessions`)."""
 
     url: str
     headers: Headers
     body: bytes
     record: Exchange
     llm: bool = False
+    redaction: Redaction = DEFAULT  # the exchange's: what its response is masked by
+    handshake: mcp_sessions.Handshake | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +67,7 @@ class Serve:
     recorded: Exchange
     record: Exchange
     keep: bool = True
+    redaction: Redaction = DEFAULT
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +77,7 @@ class Mock:
     rule: MockRule
     request: Request
     record: Exchange
+    redaction: Redaction = DEFAULT
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +89,21 @@ class Fail:
     body: bytes
     record: Exchange
     divergence: Divergence | None = None
+    redaction: Redaction = DEFAULT
 
 
-Action = Forward | Serve | Mock | Fail
+@dataclass(frozen=True, slots=True)
+class Await:
+    """Send nothing: the request matches a park rule (`engine.parking`), so its run parks and
+    it waits for an answer delivered to forkpoint (a person's, a deadline's); `record` is the
+    pending step's exchange, with no response yet."""
+
+    record: Exchange
+    waits_on: str
+    redaction: Redaction = DEFAULT
+
+
+Action = Forward | Serve | Mock | Fail | Await
 
 
 def snapshot_point(action: Action) -> bool | None:
@@ -91,24 +118,36 @@ def snapshot_point(action: Action) -> bool | None:
 
 
 def decide(
-    session: Session, request: Request, config: EngineConfig, *, step: int | None = None
-) -> Action:
+    session: Session, request: Request, config: EngineConfig, *, step: int | None = None,
+    known: tuple[bytes, ...] = (),
+) -> Action:  # fmt: skip
     """What to do with `request`, which takes step `step` (the store allocated it: other
     proxies serve the run too), or else the session's next step. One at a time per session,
-    from any thread."""
+    from any thread. The action carries the exchange's redaction: the rules, knowing the
+    secrets the request sent (and `known`: a websocket message's, its upgrade's), which mask
+    them wherever else the exchange holds them."""
+    rules = config.redaction.knowing(known)
+    # What the next hop gets; recorded too, with credentials masked (host and length are the
+    # proxy's own, not the agent's). The secrets it sends are those its headers carry: what
+    # the gateway keeps (its own headers) never leaves it, to be echoed.
+    passed = end_to_end(request.headers, drop=GATEWAY_HEADERS)
+    redaction, body = rules.request(request.route, passed, request.body)
     with session.deciding:
-        return _decided(session, request, config, step)
+        action = _decided(session, request, config, step, redaction, body, passed)
+    if action.redaction is not redaction:  # a forward is made with it
+        action = dataclasses.replace(action, redaction=redaction)
+    return action
 
 
-def _decided(session: Session, request: Request, config: EngineConfig, step: int | None) -> Action:
+def _decided(
+    session: Session, request: Request, config: EngineConfig, step: int | None,
+    redaction: Redaction, masked_body: bytes, passed: Headers,
+) -> Action:  # fmt: skip
     if step is None:
         step = session.next_step
     session.next_step = max(session.next_step, step + 1)
-    redaction = config.redaction
     route = redaction.route(request.route)
-    # What the next hop gets; recorded too, with credentials masked (host and length are the
-    # proxy's own, not the agent's).
-    passed = end_to_end(request.headers, drop=GATEWAY_HEADERS)
+    upload = request.upload
     record = Exchange(
         run_id=session.run.id,
         step=step,
@@ -116,11 +155,14 @@ def _decided(session: Session, request: Request, config: EngineConfig, step: int
         route=route,
         request_headers=redaction.headers(passed),
         # secrets masked in what is recorded; the upstream gets the body as sent
-        request_body=redaction.body(request.body, request.headers),
+        request_body=masked_body if upload is None else upload.held,
         fingerprint="",
-    )
+    )  # fmt: skip
+    if upload is not None:  # its fingerprint is the whole body's: the door's as it ends
+        if upload.ended:
+            record.fingerprint, record.request_pieces = upload.fingerprint, upload.pieces
     # Matching needs the fingerprint now; a live request's is left to the recorder.
-    if not session.live or session.change.mocks:
+    elif not session.live or session.change.mocks:
         record.fingerprint = matching.fingerprint(
             request.method, route, record.request_body, request.headers, config.match,
             masked=True,
@@ -133,9 +175,11 @@ def _decided(session: Session, request: Request, config: EngineConfig, step: int
         elif (recorded := _recorded(session, record, config, before=session.fork_step)) is not None:
             record.origin = Origin.REPLAYED
             session.served[step] = recorded
-            return _serve(recorded, record, keep=session.keeps_served)
+            return _serve(recorded, record, request, keep=session.keeps_served)
         elif optional.is_optional(request.method, route, config.match.optional_routes):
             return _empty_success(session, request, record)
+        elif (stream := mcp.unrecorded_stream(request.method, route, request.headers)) is not None:
+            return _empty_success(session, request, record, stream)
         elif session.made_after_fork(_asked(record, config)):
             pass  # made sooner than in the parent (a concurrent side call): past the fork, live
         elif session.on_divergence is OnDivergence.LIVE:
@@ -144,7 +188,7 @@ def _decided(session: Session, request: Request, config: EngineConfig, step: int
             record.step = session.written_step(step)
             return _diverge(session, request, record, config)
     record.step = session.written_step(step)
-    return _live(session, request, passed, record, config)
+    return _live(session, request, passed, record, config, redaction)
 
 
 def _recorded(
@@ -163,17 +207,21 @@ def _recorded(
 
 
 def _asked(record: Exchange, config: EngineConfig) -> Asked:
-    value = matching.comparable(
-        record.method, record.route, record.request_body, record.request_headers, config.match
-    )
+    value = matching.comparable_exchange(record, config.match)
     return Asked(record.method, record.route, record.fingerprint, value)
 
 
-def _empty_success(session: Session, request: Request, record: Exchange) -> Serve:
-    """An optional request the recording lacks (telemetry): answered, never a divergence."""
-    status, headers, body = optional.empty_success(request.headers)
+def _empty_success(
+    session: Session, request: Request, record: Exchange, answer: mcp.Answer | None = None
+) -> Serve:
+    """An optional request the recording lacks (telemetry), or an MCP session's stream:
+    answered, never a divergence."""
+    if answer is None:
+        note = "optional route the recording lacks: answered with an empty success"
+        answer = mcp.Answer(*optional.empty_success(request.headers), note)
+    status, headers, body, note = answer
     record.origin = Origin.MOCKED
-    record.note = "optional route the recording lacks: answered with an empty success"
+    record.note = note
     static = Exchange(
         run_id=session.run.id, step=record.step, method=request.method, route=record.route,
         request_headers=(), request_body=b"", fingerprint=record.fingerprint,
@@ -227,45 +275,88 @@ def error_reply(
     return dialect.error_response(status, message, error_type=error_type)
 
 
-def _serve(recorded: Exchange, record: Exchange, *, keep: bool = True) -> Serve:
+def _serve(recorded: Exchange, record: Exchange, request: Request, *, keep: bool = True) -> Serve:
     record.upstream, record.summary = recorded.upstream, recorded.summary
+    if is_mcp(request.method, record.route.partition("?")[0], request.body):  # this time's ids
+        recorded = mcp.answered(recorded, request.body)
     return Serve(recorded, record, keep=keep)
 
 
 def _live(
-    session: Session, request: Request, passed: Headers, record: Exchange, config: EngineConfig
-) -> Action:
-    change = session.change
+    session: Session, request: Request, passed: Headers, record: Exchange, config: EngineConfig,
+    redaction: Redaction,
+) -> Action:  # fmt: skip
+    change, upload = session.change, request.upload
     url = config.routes.resolve(request.route)
-    rule = first_match(change.mocks, request.method, request.route, url)
+    tool = tool_name(request.body) if change.mocks else None
+    rule = first_match(change.mocks, request.method, request.route, url, tool=tool)
     if rule is not None and rule.kind is not MockKind.LIVE:
         return _mock(session, rule, request, record, config)
+    parks = config.parking.rule_for(request.method, request.route, url) if upload is None else None
+    if parks is not None:
+        return _await(record, request, url, config, redaction, parks)
     dialect = dialect_for(request.method, request.route.partition("?")[0])
     body, headers = request.body, passed
-    if dialect is not GENERIC:
-        if change.model or change.upstream:  # Gemini names the model in its path
+    llm = is_model_api(dialect)
+    if llm:
+        took: frozenset[str] = frozenset()
+        if change.model or change.upstream:  # Gemini and Azure name the model in the path
             route = (
                 dialect.with_model(request.route, change.model) if change.model else request.route
             )
             url = config.routes.resolve(route, default=change.upstream)
+            took = frozenset({"model"}) if route != request.route else took
         if change.rewrites():
             try:
-                body = changes.apply(change, dialect.name, _plain(request))
+                body, took_body = changes.applied(change, dialect.name, _plain(request))
             except ConfigError as error:
                 return _fail(record, 400, f"forkpoint: {error}", "forkpoint_change")
+            took |= took_body
             if body != request.body:
                 headers = tuple((k, v) for k, v in headers if k.lower() != "content-encoding")
-            record.model_sent = change.model
+            if took_body and request.upload is None:  # an upload's record is in pieces as sent
+                _sent(record, request, headers, body, redaction)
+        session.applied |= took
+        record.model_sent = change.model if "model" in took else None
     if url is None:
         message = (
             f"forkpoint has no upstream for {request.route}; "
             "start it with --upstream URL or --route NAME=URL"
         )
         return _fail(record, 502, message, "forkpoint_no_upstream")
-    # The record keeps the body as the agent sent it: that is what a replay or a fork of this
-    # run will be asked again; what went upstream is that body with the run's change applied.
-    record.upstream = config.redaction.route(url)
-    return Forward(url, headers, body, record, llm=dialect is not GENERIC)
+    headers, handshake = mcp_sessions.live_headers(
+        session.mcp_sessions, session.served.values(), session.source, headers
+    )
+    if handshake is not None and request.method.upper() == "DELETE":
+        return _empty_success(session, request, record, mcp.ENDED_HERE)
+    record.upstream = redaction.route(without_userinfo(url))  # its credentials: not kept
+    return Forward(url, headers, body, record, llm, redaction, handshake)
+
+
+def _sent(
+    record: Exchange, request: Request, headers: Headers, body: bytes, redaction: Redaction
+) -> None:
+    """A request the change rewrote is recorded as it went upstream, masked; the body the
+    agent sent is kept beside it (`asked_body`, decoded as matching reads it), since a replay
+    or a fork of this run will be asked it again by the same agent."""
+    asked = Request(request.method, request.route, request.headers, record.request_body)
+    record.asked_body = _plain(asked)
+    record.request_headers = redaction.headers(headers)
+    record.request_body = redaction.body(body, headers)
+def _await(
+    record: Exchange, request: Request, url: str | None, config: EngineConfig,
+    redaction: Redaction, rule: parking.ParkRule,
+) -> Await:  # fmt: skip
+    """A park rule's request: kept whole in the park, its fingerprint known (a wake serves its
+    answer by it)."""
+    if url is not None:
+        record.upstream = redaction.route(without_userinfo(url))
+    if not record.fingerprint:
+        record.fingerprint = matching.fingerprint(
+            request.method, record.route, record.request_body, request.headers, config.match,
+            masked=True,
+        )  # fmt: skip
+    return Await(record, parking.waits_on_rule(rule))
 
 
 def _plain(request: Request) -> bytes:
@@ -288,8 +379,9 @@ def _mock(
             fail = _diverge(session, request, record, config)
             fail.record.error = f"mock {rule.text!r}: {fail.record.error}"
             return fail
-        return _serve(recorded, record)
+        return _serve(recorded, record, request)
     assert rule.static is not None
+    answer = rule.static if rule.tool is None else mcp.tool_answer(rule.static, request.body)
     static = Exchange(
         run_id=session.run.id,
         step=record.step,
@@ -298,9 +390,9 @@ def _mock(
         request_headers=(),
         request_body=b"",
         fingerprint=record.fingerprint,
-        status=rule.static.status,
-        response_headers=_with_length(rule.static.headers, rule.static.body),
-        response_body=rule.static.body,
+        status=answer.status,
+        response_headers=_with_length(answer.headers, answer.body),
+        response_body=answer.body,
     )
     return Serve(static, record)
 
@@ -319,7 +411,7 @@ def _diverge(session: Session, request: Request, record: Exchange, config: Engin
         source_run_id=session.run.parent_id or session.run.id,
         step=record.step,
         asked=asked,
-        unserved=[e for e in session.unserved() if not session.optional(e)],
+        unserved=session.left(),
         already_served=session.already_served(asked),
         match=config.match,
     )
@@ -328,7 +420,12 @@ def _diverge(session: Session, request: Request, record: Exchange, config: Engin
 
 
 def _fail(record: Exchange, status: int, message: str, error_type: str) -> Fail:
-    headers, body = error_reply(record.method, record.route, status, message, error_type=error_type)
+    if is_mcp(record.method, record.route.partition("?")[0], record.request_body):
+        headers, body = error_for(record.request_body, message)  # answers the request's id
+    else:
+        headers, body = error_reply(
+            record.method, record.route, status, message, error_type=error_type
+        )
     record.origin = Origin.DIVERGED if error_type == "forkpoint_divergence" else Origin.LIVE
     record.error = message
     return Fail(status, headers, body, record)

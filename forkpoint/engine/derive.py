@@ -32,13 +32,11 @@ def derive(
     if not exchange.fingerprint:
         try:
             exchange.fingerprint = fingerprint(
-                exchange.method, exchange.route, exchange.request_body, exchange.request_headers,
+                exchange.method, exchange.route, exchange.asked, exchange.request_headers,
                 match, masked=True,
             )  # fmt: skip
         except Exception as error:  # matched by its bytes instead
-            exchange.fingerprint = raw_fingerprint(
-                exchange.method, exchange.route, exchange.request_body
-            )
+            exchange.fingerprint = raw_fingerprint(exchange.method, exchange.route, exchange.asked)
             if fell_back is not None:
                 fell_back(f"its fingerprint ({type(error).__name__}: {error})")
     return exchange

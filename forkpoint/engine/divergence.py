@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from forkpoint.engine import bodydiff, generated, matching
+from forkpoint.engine.dialects.mcp import described
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.engine.tiers import Asked
 from forkpoint.models import Exchange
@@ -36,11 +37,14 @@ class Divergence:
     diff: tuple[str, ...]
     # (this run's step, the recorded step it was served) for each match already served
     already_served: tuple[tuple[int, int], ...] = ()
+    # what the request asks in its API's words, where the route does not say (an MCP tool call)
+    asking: str | None = None
 
     def message(self) -> str:
+        asking = f" ({self.asking})" if self.asking else ""
         lines = [
             f"forkpoint divergence: run {self.run_id} replaying {self.source_run_id}, "
-            f"step {self.step}: no recorded exchange matches {self.method} {self.route}."
+            f"step {self.step}: no recorded exchange matches {self.method} {self.route}{asking}."
         ]
         if self.already_served:
             served = ", ".join(f"step {was} (to step {got})" for got, was in self.already_served)
@@ -72,6 +76,7 @@ def find_divergence(
     base = Divergence(
         run_id=run_id, source_run_id=source_run_id, step=step, method=asked.method,
         route=asked.route, nearest_step=None, nearest_route=None, diff=(),
+        asking=described(asked.value),
     )  # fmt: skip
     if already_served:
         served = tuple((got, exchange.step) for got, exchange in already_served)

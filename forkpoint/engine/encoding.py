@@ -60,8 +60,11 @@ def header(headers: Headers, name: str) -> str | None:
     """The value of header `name` (any case); repeated headers are joined with ", " (RFC 9110)."""
     wanted = name.lower()
     size = len(wanted)  # most names differ in length: no need to fold their case
-    values = [value for key, value in headers if len(key) == size and key.lower() == wanted]
-    return ", ".join(values) if values else None
+    found = None
+    for key, value in headers:
+        if len(key) == size and key.lower() == wanted:
+            found = value if found is None else f"{found}, {value}"
+    return found
 
 
 def decode_body(
@@ -94,6 +97,8 @@ def check_body(body: bytes, content_encoding: str | None, *, limit: int = DECODE
     """Raise UndecodableBody when `body` is not what its content-encoding says (corrupt or cut
     short), as far as `limit` decoded bytes show; an encoding forkpoint does not know, or a
     body past the limit, is not refused (what follows is the upstream's to judge)."""
+    if not content_encoding:
+        return
     with contextlib.suppress(UnknownEncoding, TooLargeToDecode):
         decode_body(body, content_encoding, limit=limit)
 

@@ -24,7 +24,9 @@ from typing import Any
 
 import orjson
 
+from forkpoint.engine import mcp
 from forkpoint.engine.fields import drop, json_inside
+from forkpoint.engine.multipart import DIGEST
 
 # Per API, the fields its clients fill with their own ids, wholly set aside. Chosen by the
 # route's path (a websocket message to `/v1/responses` is read like a POST there).
@@ -38,9 +40,6 @@ DIALECT_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("/realtime", ("event_id",)),
 )
 
-# The key under which forkpoint itself writes the digest of binary data (a file part, a body):
-# kept, since two different files have different digests.
-DIGEST = "sha256"
 
 _HEX = "0-9a-fA-F"
 # (kind, pattern, numbered): tried in this order, so a UUID is not read as two hex runs.
@@ -89,6 +88,7 @@ def dialect_fields(route: str) -> tuple[str, ...]:
 
 def masked(route: str, value: Any) -> Any:
     """`value` (a JSON body) with what its client generates replaced by placeholders."""
+    value = mcp.set_aside(value)  # an MCP client's `_meta`, a server's `requestState`
     for path in dialect_fields(route):
         value = drop(value, path)
     return _Masker().value(value, "")

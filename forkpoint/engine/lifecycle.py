@@ -174,6 +174,9 @@ class Tee:
     `limit`: the most body bytes recorded at all (None: all of them; the agent gets them all).
     `masked`: the body was masked when it was recorded (a cassette's answer served again), so
     it is recorded as served, not read for secrets twice.
+    `finish`: when the agent hangs up after the head, read on for at most this many more body
+    bytes and record the answer whole (`OnHangup.FINISH`: a live answer, which a resume then
+    serves instead of paying for it again); None records it cut where the agent left.
     Times are seconds on the front door's clock; the record keeps milliseconds since `started`.
     """
 
@@ -188,8 +191,11 @@ class Tee:
         hold: int = DEFAULT_HOLD_BODY,
         piece: int = PIECE_SIZE,
         masked: bool = False,
+        finish: int | None = None,
     ):
         self.record = record
+        self._finish = finish
+        self._left_at: int | None = None  # body bytes sent when the agent hung up
         self._masked = masked
         self._started = started
         self._keep = keep
@@ -200,7 +206,8 @@ class Tee:
         self._whole = bytearray()  # any other body's, within the budget
         self._held = 0  # what the budget has taken
         self._spilling = False  # past the budget: the rest goes in pieces
-        self._cutter = Cutter(piece)
+        self._piece = piece
+        self._cutter: Cutter | None = None  # made once the body passes the budget
         self._room = limit  # what the record may still take (None: no end)
         self._unkept = 0  # body bytes past the limit
         self._streamed = False
@@ -213,10 +220,30 @@ class Tee:
     def done(self) -> bool:
         return self._state is _State.DONE
 
+    def forgo(self) -> None:
+        """Commit nothing from now on: the step is a park's, whose answer is stored as the
+        park's (a `--park-after` request given up with no answer when its proxy stops)."""
+        self._keep = False
+
+    @property
+    def reads_on(self) -> bool:
+        """Whether the answer is read to its end if its agent hangs up now, or is being."""
+        return self._finish is not None and self._state is _State.SENDING and not self._committed
+
+    @property
+    def finishing(self) -> bool:
+        """The agent hung up and the answer is being read on, to be recorded whole."""
+        return self._left_at is not None and self._state is not _State.DONE
+
     def feed(self, event: Event, now: float) -> list[Command]:
         if self._state is _State.DONE:
             return []
         at = self._ms(now)
+        if self._left_at is not None:
+            return self._read_on(event, at)
+        if type(event) is Body:  # most events are: a stream's chunks
+            kept, sent = self._keep_body(event.data, event.piece, at), self._body(event.data, at)
+            return [*kept, *sent] if kept else sent
         match event:
             case Head(status, headers, streamed):
                 return self._head(status, headers, streamed, at)
@@ -227,7 +254,36 @@ class Tee:
             case Cut(reason) | NoAnswer(reason):
                 return [*self._end(at, error=reason), Drop()]
             case HangUp(reason):
+                if self.reads_on:
+                    self._left_at = self._sent
+                    return []
                 return self._end(at, error=f"client disconnected: {reason}")
+        raise AssertionError(f"not an event: {event!r}")
+
+    def _read_on(self, event: Event, at: float) -> list[Command]:
+        """After the agent hung up: keep the rest of the answer, send nothing. A second
+        `HangUp` is the door giving up (the time bound): what came is recorded, cut."""
+        assert self._left_at is not None and self._finish is not None
+        left = f"the agent hung up after {self._left_at} body bytes"
+        match event:
+            case Body(data, piece):
+                if self._sent - self._left_at + len(data) > self._finish:
+                    return self._end(at, error=f"{left}; the rest passed {self._finish} "
+                                                "bytes and was not read (--on-hangup)")  # fmt: skip
+                self._sent += len(data)
+                return self._keep_body(data, piece, at)
+            case End():
+                self.record.note = (
+                    f"{left}; the rest was read from the upstream and kept for a resume "
+                    "(--on-hangup finish)"
+                )
+                return self._end(at)
+            case Cut(reason) | NoAnswer(reason):
+                return self._end(at, error=f"{left}; then {reason}")
+            case HangUp(reason):
+                return self._end(at, error=f"{left}; reading on stopped: {reason}")
+            case Head():
+                raise ValueError("a response has one head")
         raise AssertionError(f"not an event: {event!r}")
 
     def _head(
@@ -240,8 +296,9 @@ class Tee:
         record = self.record
         record.status, record.ttfb_ms = status, at
         record.response_headers = self._redaction.headers(passed)
-        self._streamed = is_stream(headers) if streamed is None else streamed
-        self._length = _length(status, record.method, headers)
+        length = header(headers, "content-length")
+        self._streamed = _streams(headers, length) if streamed is None else streamed
+        self._length = _length(status, record.method, headers, length)
         # A recorded response keeps a masked credential's name: the agent never gets the mask.
         send = SendHead(status, tuple([pair for pair in passed if pair[1] != REDACTED]))
         if self._length == 0:  # the head is the whole answer
@@ -253,6 +310,15 @@ class Tee:
         The first byte past the limit warns."""
         if not data:
             return []
+        if self._room is None and not self._spilling:  # most: held whole, nothing to say
+            cost = CHUNK_COST if self._streamed else 0
+            if self._held + len(data) + cost <= self._hold:
+                self._held += len(data) + cost
+                if self._streamed:
+                    self._chunks.append(Chunk(at, data))
+                else:
+                    self._whole += data
+                return []
         cost = CHUNK_COST if self._streamed and not self._spilling else 0
         kept = data
         if self._room is not None and len(data) + cost > self._room:
@@ -288,6 +354,8 @@ class Tee:
         self._spilling = True
         if not self._keep:
             return []  # nothing of it is recorded: nothing to hold for it
+        if self._cutter is None:
+            self._cutter = Cutter(self._piece)
         if piece is not None and self._cutter.name(piece, kept, at):
             return []  # a stored piece served again: named as it is, not stored twice
         return [Spill(blob) for blob in self._cutter.add(kept, at)]
@@ -310,10 +378,11 @@ class Tee:
         if self._committed:
             return []
         self._committed = True
-        spills: list[Command] = [Spill(blob) for blob in self._cutter.close()]
+        cutter = self._cutter
+        spills: list[Command] = [] if cutter is None else [Spill(b) for b in cutter.close()]
         record = self.record
         record.duration_ms = at
-        record.pieces = tuple(self._cutter.pieces)
+        record.pieces = () if cutter is None else tuple(cutter.pieces)
         # a token endpoint's answer is a secret too, whole or streamed (an MCP tool's); a
         # body in pieces (megabytes) is no token's, and its held part alone is no JSON
         as_is = self._masked or bool(record.pieces)
@@ -321,6 +390,7 @@ class Tee:
             chunks = self._chunks
             if not as_is:
                 chunks = self._redaction.chunks(chunks, record.response_headers)
+            masked = chunks is not self._chunks
             record.response_body = b"".join([chunk.data for chunk in chunks])
             record.chunks = chunks
         else:
@@ -328,6 +398,7 @@ class Tee:
             record.response_body = (
                 body if as_is else self._redaction.body(body, record.response_headers)
             )
+            masked = record.response_body is not body
             record.chunks = None
         if self._unkept:
             over = (f"response body over the {self._limit} byte recording limit "
@@ -335,27 +406,40 @@ class Tee:
             error = over if error is None else f"{error} ({over})"
         if error is not None:  # an upstream's error may name a URL with its key in it
             record.complete, record.error = False, self._redaction.text(error)
+        if masked and record.status is not None:  # the head on record frames the body on record
+            record.response_headers = framed(record, record.body_size)
         return [*spills, Commit(record)] if self._keep else []
 
     def _ms(self, now: float) -> float:
         return round((now - self._started) * 1000, 3)
 
 
-def _length(status: int, method: str, headers: Headers) -> int | None:
-    """How many body bytes the agent waits for, when that is known."""
+def _length(
+    status: int, method: str, headers: Headers, length: str | None = None
+) -> int | None:
+    """How many body bytes the agent waits for, when that is known (`length`: the
+    Content-Length header's value, if the caller has looked it up)."""
     if method == "HEAD" or status in (204, 304) or status < 200:
         return 0
     try:
-        return int(header(headers, "content-length") or "")
+        return int(length or header(headers, "content-length") or "")
     except ValueError:
         return None
 
 
+STREAM_TYPES = ("text/event-stream", "application/x-ndjson")  # SSE; Ollama's JSON lines
+
+
 def is_stream(headers: Headers) -> bool:
-    """Whether a live response's body is kept chunk by chunk: an event stream, or a body of
-    unknown length."""
+    """Whether a live response's body is kept chunk by chunk: an event stream, JSON lines, or
+    a body of unknown length."""
+    return _streams(headers, header(headers, "content-length"))
+
+
+def _streams(headers: Headers, length: str | None) -> bool:
+    """`is_stream`, given the Content-Length's value (`length`)."""
     content_type = header(headers, "content-type") or ""
-    return content_type.startswith("text/event-stream") or header(headers, "content-length") is None
+    return content_type.startswith(STREAM_TYPES) or length is None
 
 
 # where events come from, besides the upstream
@@ -375,13 +459,13 @@ def serve_plan(recorded: Exchange, pace: Pace = Pace()) -> list[Timed]:
     if recorded.status is None:
         reason = recorded.error or "no response was recorded"
         return [(at(recorded.duration_ms), NoAnswer(reason))]
-    plan: list[Timed] = [
-        (at(recorded.ttfb_ms), Head(recorded.status, recorded.response_headers, recorded.streamed))
-    ]
     if recorded.chunks is not None:
         held = recorded.chunks
     else:
         held = [Chunk(recorded.ttfb_ms or 0.0, recorded.response_body)]
+    served = sum(len(chunk.data) for chunk in held) + sum(p.size for p in recorded.pieces)
+    headers = framed(recorded, served)
+    plan: list[Timed] = [(at(recorded.ttfb_ms), Head(recorded.status, headers, recorded.streamed))]
     for chunk in held:  # never earlier than what came before it
         if chunk.data or not recorded.pieces:
             plan.append((max(at(chunk.offset_ms), plan[-1][0]), Body(chunk.data)))
@@ -392,8 +476,45 @@ def serve_plan(recorded: Exchange, pace: Pace = Pace()) -> list[Timed]:
     return plan
 
 
+def framed(recorded: Exchange, served: int) -> Headers:
+    """The recorded head framed for the `served` body bytes a replay sends: its bytes may not
+    be the upstream's (a secret masked as it was recorded, a HAR's content decoded, an MCP
+    answer renamed), so a Content-Length the head had becomes theirs, where it stood. An
+    answer cut when recorded keeps a length past what is served (the agent sees it come up
+    short, as it did), else goes without one (chunked, cut before its end).
+    Transfer-Encoding is the hop's own, never a record's."""
+    assert recorded.status is not None
+    headers = recorded.response_headers
+    length = _length(recorded.status, recorded.method, headers)
+    if length == 0:
+        return headers  # no body: a HEAD's length is its GET's
+    if not recorded.complete and length is not None and length > served:
+        return headers
+    if recorded.complete and header(headers, "content-length") is not None:
+        return _fit(headers, served)
+    return tuple([(k, v) for k, v in headers if k.lower() not in _FRAMING])
+
+
+def _fit(headers: Headers, size: int) -> Headers:
+    """`headers` with one Content-Length, `size`, where the first stood (else last), and no
+    Transfer-Encoding."""
+    fitted: list[tuple[str, str]] = []
+    placed = False
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == "content-length" and not placed:
+            fitted.append((name, str(size)))
+            placed = True
+        elif lowered not in _FRAMING:
+            fitted.append((name, value))
+    return tuple(fitted if placed else [*fitted, ("content-length", str(size))])
+
+
+_FRAMING = frozenset({"content-length", "transfer-encoding"})
+
+
 def answer(status: int, headers: Headers, body: bytes) -> list[Event]:
-    """The events of a response known whole (forkpoint's own error, a mock's answer)."""
-    if header(headers, "content-length") is None:
-        headers = (*headers, ("content-length", str(len(body))))
+    """The events of a response known whole (forkpoint's own error, a mock's answer), framed
+    by the length of its body whatever the headers given said."""
+    headers = _fit(headers, len(body))
     return [Head(status, headers, streamed=False), Body(body), End()]

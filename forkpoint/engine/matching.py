@@ -8,6 +8,10 @@ in a tuple, so a user adds one without subclassing anything.
 The similar fingerprint is the exact one's input with what a client generates set aside (ids,
 times, directories: `engine.generated`). It is only computed when the exact one finds nothing,
 so the live path and an exact replay pay nothing for it.
+
+A request body too large to hold (`engine.pieces.in_pieces`: an upload) is matched by its
+bytes as recorded, a multipart boundary set aside (`Digest`), read as it passes: the doors
+never hold it whole, and a body read whole (from a file) gets the same fingerprint.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 
-from forkpoint.engine import fields, generated, multipart
+from forkpoint.engine import fields, generated, mcp, multipart
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
 from forkpoint.engine.generated import DIGEST
 from forkpoint.engine.optional import DEFAULT_OPTIONAL
+from forkpoint.engine.pieces import Eraser, in_pieces
 from forkpoint.engine.redaction import DEFAULT as DEFAULT_REDACTION
 from forkpoint.engine.redaction import Redaction
 from forkpoint.models import Exchange, Headers
@@ -37,6 +42,7 @@ Normalizer = Callable[[str, str, Any], Any]
 DEFAULT_VOLATILE = ("prompt_cache_key",)
 MULTIPART = "multipart/form-data"
 TEXT = "body (text)"
+IN_PIECES = "body (in pieces)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,7 @@ def body_value(body: bytes, content_encoding: str | None, content_type: str | No
 
 
 def normalized_body(method: str, route: str, value: Any, config: MatchConfig) -> Any:
+    value = mcp.comparable(value)  # a JSON-RPC message without its ids
     for path in config.volatile_fields:
         value = fields.drop(value, path)
     for normalizer in config.normalizers:
@@ -111,6 +118,10 @@ def fingerprint(
     and normalized body, secrets masked (`masked`: they are already, as decide records it)."""
     if not masked:
         body = config.redaction.body(body, headers)
+    if in_pieces(headers, body):  # as the door reads it as it passes
+        passing = Digest(method, route, headers)
+        passing.update(body)
+        return passing.hexdigest()
     encoding = header(headers, "content-encoding")
     value = body_value(body, encoding, header(headers, "content-type"))
     if value is None and config.normalizers:  # a text body is normalized as text
@@ -130,6 +141,26 @@ def raw_fingerprint(method: str, route: str, body: bytes) -> str:
     return digest.hexdigest()
 
 
+class Digest:
+    """The fingerprint of a request body in pieces, fed its bytes as recorded as they pass:
+    its method and route, then the body with a multipart boundary taken out (a client draws a
+    new one for each upload, of the same length), so an upload of the same file matches."""
+
+    def __init__(self, method: str, route: str, headers: Headers):
+        self._digest = hashlib.sha256(f"{method.upper()} {normalized_route(route)}\n".encode())
+        self._digest.update(b"pieces:")
+        mark = multipart.boundary(header(headers, "content-type"))
+        self._eraser = None if mark is None else Eraser(b"--" + mark.encode())
+
+    def update(self, data: bytes) -> None:
+        self._digest.update(data if self._eraser is None else self._eraser.feed(data))
+
+    def hexdigest(self) -> str:
+        if self._eraser is not None:
+            self._digest.update(self._eraser.close())
+        return self._digest.hexdigest()
+
+
 def _canonical(value: Any) -> bytes | None:
     """`value` as JSON with its keys sorted; None when it nests deeper than orjson writes
     (it reads 1,024 levels, writes 254)."""
@@ -140,9 +171,12 @@ def _canonical(value: Any) -> bytes | None:
 
 
 def fingerprint_exchange(exchange: Exchange, config: MatchConfig) -> str:
-    """The fingerprint of a recorded exchange's request."""
+    """The fingerprint of a recorded exchange's request as its agent sent it (one in pieces:
+    as recorded, read off the whole body as it passed)."""
+    if exchange.request_pieces:
+        return exchange.fingerprint
     return fingerprint(
-        exchange.method, exchange.route, exchange.request_body, exchange.request_headers, config
+        exchange.method, exchange.route, exchange.asked, exchange.request_headers, config
     )
 
 
@@ -160,6 +194,8 @@ def comparable(method: str, route: str, body: bytes, headers: Headers, config: M
     """What matching sees of a body, as a value a diff can show: the normalized JSON (or
     parts), else the body as text where it is text, else its size and digest."""
     body = config.redaction.body(body, headers)
+    if in_pieces(headers, body):
+        return _in_pieces(len(body), fingerprint(method, route, body, headers, config, masked=True))
     encoding = header(headers, "content-encoding")
     value = body_value(body, encoding, header(headers, "content-type"))
     if value is not None and _canonical(value) is None:
@@ -172,9 +208,16 @@ def comparable(method: str, route: str, body: bytes, headers: Headers, config: M
 
 
 def comparable_exchange(exchange: Exchange, config: MatchConfig) -> Any:
+    if exchange.request_pieces:  # its fingerprint is the whole body's
+        return _in_pieces(exchange.request_size, exchange.fingerprint)
     return comparable(
-        exchange.method, exchange.route, exchange.request_body, exchange.request_headers, config
+        exchange.method, exchange.route, exchange.asked, exchange.request_headers, config
     )
+
+
+def _in_pieces(size: int, key: str) -> dict[str, dict[str, object]]:
+    """What matching and a report see of a body in pieces: its size and digest."""
+    return {IN_PIECES: {"size": size, DIGEST: key}}
 
 
 def _text(body: bytes, content_encoding: str | None) -> dict[str, str] | None:

@@ -2,6 +2,8 @@
 
 A rule's ROUTE is `[METHOD ]GLOB`; the glob is tried against the request's path
 (`/tools/refund-policy`) and against the upstream's host and path (`api.example.com/v1/search`).
+`mcp:GLOB` names MCP tools instead: the glob is tried against the name a `tools/call` calls,
+over HTTP or stdio, and the answer is the tool's result (`engine.mcp.tool_answer`).
 Its answer is a static response, a callable (sync or async, given a `MockRequest`), `recorded`
 (the parent run's response to the same request) or `live` (exempt from the mocks after it).
 Rules are built from text or Python values by `forkpoint.api.mocks`; the front door runs the
@@ -22,6 +24,7 @@ import orjson
 from forkpoint.models import Headers
 
 JSON = (("content-type", "application/json"),)
+MCP_TOOL = "mcp:"  # a ROUTE that names MCP tools
 
 
 class MockKind(StrEnum):
@@ -43,6 +46,28 @@ class MockRequest:
     def json(self) -> Any:
         return orjson.loads(self.body) if self.body else None
 
+    @property
+    def tool(self) -> str | None:
+        """The MCP tool a `tools/call` calls (None for any other request)."""
+        params = _params(self.body)
+        name = params.get("name")
+        return name if isinstance(name, str) else None
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The arguments of an MCP `tools/call` (empty for any other request)."""
+        arguments = _params(self.body).get("arguments")
+        return arguments if isinstance(arguments, dict) else {}
+
+
+def _params(body: bytes) -> dict[str, Any]:
+    try:
+        value = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return {}
+    params = value.get("params") if isinstance(value, dict) else None
+    return params if isinstance(params, dict) else {}
+
 
 @dataclass(frozen=True, slots=True)
 class MockResponse:
@@ -60,7 +85,17 @@ class MockRule:
     static: MockResponse | None = None
     handler: Callable[[MockRequest], Any] | None = None
 
-    def matches(self, method: str, route: str, upstream_url: str | None) -> bool:
+    @property
+    def tool(self) -> str | None:
+        """The glob of MCP tool names an `mcp:GLOB` rule mocks; None for a route's rule."""
+        return self.pattern.removeprefix(MCP_TOOL) if self.pattern.startswith(MCP_TOOL) else None
+
+    def matches(
+        self, method: str, route: str, upstream_url: str | None, *, tool: str | None = None
+    ) -> bool:
+        """Whether the rule takes a request; `tool` is the MCP tool it calls, if any."""
+        if self.tool is not None:
+            return tool is not None and fnmatch.fnmatchcase(tool, self.tool)
         if self.method and self.method != method.upper():
             return False
         path = urlsplit(route).path
@@ -73,9 +108,18 @@ class MockRule:
 
 
 def first_match(
-    rules: tuple[MockRule, ...], method: str, route: str, upstream_url: str | None
+    rules: tuple[MockRule, ...],
+    method: str,
+    route: str,
+    upstream_url: str | None,
+    *,
+    tool: str | None = None,
 ) -> MockRule | None:
-    return next((rule for rule in rules if rule.matches(method, route, upstream_url)), None)
+    if not rules:  # most sessions: no mocks
+        return None
+    return next(
+        (rule for rule in rules if rule.matches(method, route, upstream_url, tool=tool)), None
+    )
 
 
 def split_route(text: str) -> tuple[str | None, str]:

@@ -3,7 +3,9 @@ file and image endpoints).
 
 A client draws a new random boundary for every request, so two uploads of the same file never
 have the same bytes; what they share is their parts: each one's name, file name, content type
-and data. Matching and the divergence report see those.
+and data. Matching and the divergence report see those. Redaction reads the text fields (the
+parts that are no file: Slack's `files.upload` takes its `token` so) where they stand in the
+body (`fields`), and leaves a file's bytes alone.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from forkpoint.engine.generated import DIGEST
+# The key under which forkpoint itself writes the digest of binary data (a file part, a body):
+# kept by matching (`engine.generated`), since two different files have different digests.
+DIGEST = "sha256"
 
 _BOUNDARY = re.compile(r'boundary=(?:"([^"]+)"|([^;\s]+))', re.IGNORECASE)
 _DISPOSITION = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"|(\w+)=([^;\s]+)')
@@ -51,16 +55,30 @@ def boundary(content_type: str | None) -> str | None:
 
 def parts(body: bytes, boundary: str) -> list[Part] | None:
     """The parts of a multipart body, or None when it is not one (a wrong boundary)."""
+    placed = _placed(body, boundary)
+    return None if placed is None else [part for part, _ in placed]
+
+
+def fields(body: bytes, boundary: str) -> list[tuple[Part, int]]:
+    """The text fields of a multipart body (its parts that are no file), each with where its
+    data begins in the body; none when it is not one."""
+    return [(part, at) for part, at in _placed(body, boundary) or [] if part.filename is None]
+
+
+def _placed(body: bytes, boundary: str) -> list[tuple[Part, int]] | None:
     delimiter = b"--" + boundary.encode()
     pieces = body.split(delimiter)
     if len(pieces) < 3 or not pieces[-1].startswith(b"--"):
         return None
-    found = []
+    found, at = [], len(pieces[0]) + len(delimiter)
     for piece in pieces[1:-1]:
-        head, sep, data = piece.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        skipped = 2 if piece.startswith(b"\r\n") else 0
+        head, sep, data = piece[skipped:].partition(b"\r\n\r\n")
         if not sep:
             return None
-        found.append(_part(head.decode("latin-1"), data.removesuffix(b"\r\n")))
+        part = _part(head.decode("latin-1"), data.removesuffix(b"\r\n"))
+        found.append((part, at + skipped + len(head) + len(sep)))
+        at += len(piece) + len(delimiter)
     return found
 
 

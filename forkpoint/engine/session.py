@@ -10,8 +10,10 @@ what the client generates (`engine.tiers`). Its mode says when it goes live:
 - `resume`: once the steps the agent had fully received are served; it appends to its own run,
   so served steps are not written again and live ones are numbered after the highest recorded.
 
-Only what the agent had fully received is served in a fork or a resume: an exchange that was
-cut (the agent crashed mid-stream) goes live again. A replay serves it, cut again, as recorded.
+Only whole answers are served in a fork or a resume: an exchange that was cut (the agent crashed
+mid-stream and its answer was not read to its end, `OnHangup`) goes live again. A resume serves
+every whole answer its run holds, across any number of crashes; a fork's prefix ends at its
+first cut. A replay serves a cut exchange, cut again, as recorded.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from forkpoint.engine.config import EngineConfig, OnDivergence
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.engine.tiers import Asked, Servable, Similar
 from forkpoint.errors import ConfigError
-from forkpoint.models import Exchange, Mode, Origin, Run, Snapshot
+from forkpoint.models import Exchange, Kind, Mode, Origin, Run, Snapshot
 
 
 @dataclass(eq=False)
@@ -38,16 +40,23 @@ class Session:
     change: Change = Change()
     next_step: int = 0
     live: bool = True
+    # The step at which a replaying session went live (diverged, forked, or a resume's
+    # recording ran out): its recorded steps from there are no longer owed (`replayed`)
+    live_from: int | None = None
     # Per adapter, the snapshot an agent that registers gets back (fork and resume).
     restore_points: dict[str, Snapshot] = field(default_factory=dict)
     # The step the agent was restored to, once one adapter took its snapshot.
     restored_step: int | None = None
     # Per step of this run that was served from the source, the source exchange it got.
     served: dict[int, Exchange] = field(default_factory=dict)
+    # Per MCP session id a served exchange handed out, the live server's (`engine.mcp_sessions`)
+    mcp_sessions: dict[str, str] = field(default_factory=dict)
     _servable: Servable | None = None
     _match: MatchConfig | None = None
     _after_fork: Servable | None = None  # a fork's parent from its fork step, on first need
     _append: int = 0  # a resume's next step to write
+    # What of its change touched a request: "model", "system_prompt", "patch" (`engine.changes`)
+    applied: set[str] = field(default_factory=set)
     # `decide` holds it: a session is decided on the loop, and on the threads of clients in the
     # proxy's own process (doors.local)
     deciding: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -144,6 +153,27 @@ class Session:
     def unserved(self) -> list[Exchange]:
         return [] if self._servable is None else self._servable.unserved()
 
+    def left(self) -> list[Exchange]:
+        """What is left to serve that the agent must ask for: side calls aside."""
+        return [e for e in self.unserved() if not self.optional(e)]
+
+    def replayed(self) -> Replayed:
+        """How much of its recording the session served: the model calls it was to serve (a
+        replay's whole recording, a fork's steps before its fork step, a resume's received
+        prefix; in each, only the steps before the one where it went live) and those never
+        asked for, which a replay that ends with them left over did not replay (its agent
+        stopped early, or a client bypassed the proxy). Other exchanges are not owed: an
+        agent's own side calls come and go from run to run."""
+        if self._servable is None:
+            return Replayed(0, ())
+        end = min((s for s in (self.fork_step, self.live_from) if s is not None), default=None)
+        owed = [
+            e for e in self._servable.held
+            if _model_call(e) and not self.optional(e) and (end is None or e.step < end)
+        ]  # fmt: skip
+        left = {e.step for e in self.unserved()}
+        return Replayed(len(owed), tuple(e.step for e in owed if e.step in left))
+
     def optional(self, exchange: Exchange) -> bool:
         return self._servable is not None and self._servable.optional(exchange)
 
@@ -185,6 +215,7 @@ class Session:
     def go_live(self, step: int) -> None:
         """Serve live from now on; a fork (or a replay that forks itself) records where."""
         self.live = True
+        self.live_from = step if self.live_from is None else min(self.live_from, step)
         if self.mode is Mode.RESUME:
             return
         if self.fork_step is None or step < self.fork_step:
@@ -202,6 +233,18 @@ class Session:
         return written
 
 
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """How many recorded exchanges a session was to serve, and the steps it never served."""
+
+    owed: int
+    unserved: tuple[int, ...]
+
+    @property
+    def served(self) -> int:
+        return self.owed - len(self.unserved)
+
+
 def check_fork_step(parent: str, at: int, steps: int) -> None:
     """A fork of a run of `steps` steps may start at 0 (all live) to `steps` (all replayed)."""
     if not 0 <= at <= steps:
@@ -213,14 +256,10 @@ def check_fork_step(parent: str, at: int, steps: int) -> None:
 
 
 def _received(source: Sequence[Exchange]) -> list[Exchange]:
-    """The answers the agent had fully received, up to the first it had not."""
-    prefix = []
-    for exchange in source:
-        if not exchange.complete:
-            break
-        if _answered(exchange):
-            prefix.append(exchange)
-    return prefix
+    """Every answer the run holds whole, in step order: what its agent received before each
+    crash, and what an earlier resume appended after the cut it went on from. A cut answer is
+    skipped, not a wall: the resumed agent asks it again, live."""
+    return [exchange for exchange in source if _answered(exchange)]
 
 
 def _answered(exchange: Exchange) -> bool:
@@ -232,3 +271,8 @@ def _answered(exchange: Exchange) -> bool:
 def _after(source: Sequence[Exchange]) -> int:
     """The first step number after every recorded one: a crash may have left gaps."""
     return max((e.step for e in source), default=-1) + 1
+
+
+def _model_call(exchange: Exchange) -> bool:
+    """Whether a recorded exchange is a model call; one never read (no summary) counts as one."""
+    return exchange.summary is None or exchange.summary.kind is Kind.LLM

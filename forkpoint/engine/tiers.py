@@ -65,6 +65,11 @@ class Servable:
             exchange.fingerprint = matching.fingerprint_exchange(exchange, match)
             self._exact.setdefault(exchange.fingerprint, deque()).append(exchange)
 
+    @property
+    def held(self) -> tuple[Exchange, ...]:
+        """Every exchange there was to serve, served or not."""
+        return tuple(self._held)
+
     def optional(self, exchange: Exchange) -> bool:
         """Whether a recorded exchange is a side call (`engine.optional`)."""
         return exchange.step in self._optional

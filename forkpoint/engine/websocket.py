@@ -26,11 +26,20 @@ import orjson
 
 from forkpoint.engine import frames
 from forkpoint.engine.config import GATEWAY_HEADERS, EngineConfig
-from forkpoint.engine.decide import Fail, Forward, Mock, Request, Serve, decide, error_reply
+from forkpoint.engine.decide import (
+    Await,
+    Fail,
+    Forward,
+    Mock,
+    Request,
+    Serve,
+    decide,
+    error_reply,
+)
 from forkpoint.engine.frames import Frame
 from forkpoint.engine.lifecycle import Commit
 from forkpoint.engine.pace import Pace
-from forkpoint.engine.redaction import end_to_end
+from forkpoint.engine.redaction import DEFAULT, Redaction, end_to_end
 from forkpoint.engine.session import Session
 from forkpoint.models import Exchange, Headers, Origin
 
@@ -97,6 +106,8 @@ class Connection:
     upgrade: Request
     pace: Pace = Pace()
     connected: bool = False
+    redaction: Redaction = DEFAULT  # the upgrade's: its secrets are masked in every message
+    _masking: Redaction = DEFAULT  # the exchange in progress's
     _current: Exchange | None = None
     _keep: bool = True
     _started: float = 0.0
@@ -110,7 +121,7 @@ class Connection:
     ) -> tuple[Connection, list[Command]]:  # fmt: skip
         """A socket whose upgrade was served from the recording: the messages the server sent
         on opening go to the agent."""
-        connection = cls(session, config, upgrade, pace)
+        connection = cls(session, config, upgrade, pace, redaction=action.redaction)
         record = action.record
         record.status = SWITCHED
         record.response_headers = action.recorded.response_headers
@@ -122,10 +133,10 @@ class Connection:
         status: int, headers: Headers, now: float,
     ) -> Connection:  # fmt: skip
         """A socket the door has connected upstream (the upstream answered `status`)."""
-        connection = cls(session, config, upgrade, connected=True)
+        connection = cls(session, config, upgrade, connected=True, redaction=action.redaction)
         record = action.record
         record.status, record.ttfb_ms = status, 0.0
-        record.response_headers = config.redaction.headers(end_to_end(headers))
+        record.response_headers = action.redaction.headers(end_to_end(headers))
         connection._begin(record, now)
         return connection
 
@@ -133,7 +144,7 @@ class Connection:
         """A message from the agent; `step`: the one the store allocated it (see `decide`)."""
         commands = self._end(now)
         request = Request(frames.WS, self.upgrade.route, frames.message_headers(frame), frame.data)
-        action = decide(self.session, request, self.config, step=step)
+        action = decide(self.session, request, self.config, step=step, known=self.redaction.known)
         match action:
             case Serve():
                 action.record.status = action.recorded.status
@@ -143,9 +154,9 @@ class Connection:
                     self.connected = True
                     commands.append(self._connect(action.url))
                 action.record.status = SWITCHED
-                self._begin(action.record, now)
+                self._begin(action.record, now, masking=action.redaction)
                 return [*commands, ToUpstream(Frame(action.body, frame.binary))]
-            case Mock():
+            case Mock() | Await():  # a mock or a park of one message: not over a socket
                 fail = _unsupported(action.record)
                 return commands + self._fail(fail, now)
             case Fail():
@@ -171,9 +182,12 @@ class Connection:
 
     # the exchange in progress
 
-    def _begin(self, record: Exchange, now: float, *, keep: bool = True) -> None:
+    def _begin(
+        self, record: Exchange, now: float, *, keep: bool = True, masking: Redaction = DEFAULT
+    ) -> None:
         self._current, self._keep, self._started = record, keep, now
         self._frames, self._closed = [], None
+        self._masking = self.redaction.knowing(masking.known)
 
     def _end(self, now: float) -> list[Command]:
         """Commit the exchange in progress: its server messages, its end, its close."""
@@ -193,7 +207,7 @@ class Connection:
     def _masked(self, frame: Frame) -> Frame:
         if frame.binary:
             return frame
-        data = self.config.redaction.body(frame.data, ())
+        data = self._masking.body(frame.data, ())
         return frame if data is frame.data else Frame(data, frame.binary)
 
     def _serve(

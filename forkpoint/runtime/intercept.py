@@ -6,11 +6,10 @@ interceptor itself is imported only when asked for, after `require_mitmproxy`.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from forkpoint.errors import ConfigError
+from forkpoint.importing import require_extra
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,5 +29,4 @@ class InterceptOptions:
 
 
 def require_mitmproxy() -> None:
-    if importlib.util.find_spec("mitmproxy") is None:
-        raise ConfigError("the interceptor needs mitmproxy: pip install 'forkpoint[intercept]'")
+    require_extra("intercept", "the interceptor (--intercept, forkpoint ca)")

@@ -12,13 +12,13 @@ turns it off.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from forkpoint.errors import ConfigError
+from forkpoint.errors import ConfigError, MissingExtra
+from forkpoint.importing import require_extra
 
 ENV = "FORKPOINT_LOOP"
 
@@ -30,13 +30,13 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         raise ConfigError(f"{ENV}={wanted!r}: use uvloop or asyncio")
     if wanted == "asyncio" or threading.current_thread() is not threading.main_thread():
         return None
-    if importlib.util.find_spec("uvloop") is None:
+    try:
+        [uvloop] = require_extra("fast", f"{ENV}=uvloop", modules=("uvloop",))
+    except MissingExtra:
         if wanted == "uvloop":
-            raise ConfigError(f"{ENV}=uvloop, but uvloop is not installed (pip install uvloop)")
-        return None
-    import uvloop
-
-    return uvloop.new_event_loop
+            raise
+        return None  # not asked for by name: asyncio's loop serves as well, a little slower
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
 def run[T](coroutine: Coroutine[Any, Any, T]) -> T:

@@ -19,6 +19,7 @@ from aiohttp import web
 from forkpoint.cassettes.store import Store
 from forkpoint.doors.gateway import SERVER_OPTIONS, Gateway
 from forkpoint.doors.local import LocalDoor
+from forkpoint.doors.parking import Parker
 from forkpoint.doors.ports import Sender
 from forkpoint.doors.reach import is_loopback, token_for
 from forkpoint.engine.config import DEFAULT_CLIENT_TIMEOUT, DEFAULT_MAX_BODY, EngineConfig
@@ -62,8 +63,14 @@ class Proxy:
         self.store = store
         self.config = config
         self.recorder = recorder_for(store, config.match)
-        self.sessions = Sessions(store, config, self.recorder)
+        journal = getattr(self.recorder, "journal", None)
+        self.sessions = Sessions(
+            store, config, self.recorder, owner=journal.owner if journal is not None else None
+        )
         self.snapshots = Snapshotter(snapshot_policy, self.recorder.submit)
+        self.parking = Parker(
+            store, self.recorder, self.snapshots, config.parking, forget=self.sessions.forget
+        )
         self._own_sender: AiohttpSender | None = None
         if sender is None:
             tls: ssl.SSLContext | bool = True
@@ -94,6 +101,7 @@ class Proxy:
             intercept_secret=secret,
             adapter_hosts=adapter_hosts,
             token=self.token,
+            parking=self.parking,
         )
         self._intercept = intercept
         self._secret = secret
@@ -140,18 +148,20 @@ class Proxy:
     async def stop(
         self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None
     ) -> None:
-        """Stop serving, commit every exchange, then close the runs with `status`."""
+        """Stop serving, close the runs with `status`, then commit everything (or hold it in
+        the journal, for a store that takes no writes)."""
         if self.interceptor is not None:
             await self.interceptor.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.gateway.settled()  # answers read on after their agents left (OnHangup)
         await self.snapshots.close()
         await self.gateway.control.close()
         if self._own_sender is not None:
             await self._own_sender.close()
+        self.sessions.finish(status, error=error)
         await self.recorder.stop()
-        await self.sessions.finish(status, error=error)
 
 
 class ProxyThread:

@@ -8,9 +8,10 @@ for it instead of recording a run of its own.
 Steps: a session this proxy opened itself (the run of `record -- CMD`, a replay, a fork, a
 resume, `serve`'s default run) is served by this proxy alone and numbers its own steps. A run
 a request names that this proxy did not open may be served by other proxies on the same store
-at once (a fleet behind a load balancer, two `serve`s on one file): it is created in the store
-when it opens, and each request takes its step from the store as it arrives
-(`Store.allocate_step`, on a thread of its own, in arrival order).
+at once (a fleet behind a load balancer, two `serve`s on one file): it is created through the
+recorder when it opens, and each request gets a ticket as it arrives (`models.Ticket`), which
+the store turns into its step when the recorder writes it, in arrival order
+(`Store.number`): no request waits on the store, which may be locked, full or away.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from copy import deepcopy
+from dataclasses import replace
 
 from forkpoint.cassettes.store import Store, location_of
 from forkpoint.doors.ports import Recorder
 from forkpoint.engine.changes import Change
 from forkpoint.engine.config import EngineConfig, OnDivergence
 from forkpoint.engine.session import Session, check_fork_step
-from forkpoint.errors import AlreadyRecorded, ConfigError, ForkpointError, RunNotFound
-from forkpoint.models import Mode, Run, RunStatus, Snapshot, new_run_id
+from forkpoint.errors import ConfigError
+from forkpoint.models import Ending, Mode, Run, RunStatus, Snapshot, Ticket, new_run_id, new_ticket
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +39,17 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 class Sessions:
     """Run id → session. A request without a run id goes to the default session."""
 
-    def __init__(self, store: Store, config: EngineConfig, recorder: Recorder):
+    def __init__(
+        self, store: Store, config: EngineConfig, recorder: Recorder, *, owner: str | None = None
+    ):
         self._store = store
+        self._owner = owner  # what the runs this proxy opens itself name (`Run.owner`)
         self._inline = location_of(store) is None  # in memory: loaded at once, no thread
         self._config = config
         self._recorder = recorder
         self._sessions: dict[str, asyncio.Future[Session]] = {}
         self.default_id: str | None = None
         self._shared: set[str] = set()  # runs whose steps the store allocates
-        self._allocator: ThreadPoolExecutor | None = None
         self._alone: tuple[Session, frozenset[str]] | None = None  # see serve_only
 
     async def record(
@@ -56,7 +60,9 @@ class Sessions:
         labels: dict[str, str] | None = None,
         default: bool = True,
     ) -> Session:
-        run = Run(id=run_id or new_run_id(), name=name, labels=dict(labels or {}))
+        run = Run(
+            id=run_id or new_run_id(), name=name, labels=dict(labels or {}), owner=self._owner
+        )
         return await self._open(run.id, default, lambda: self._new(Session.record(run)))
 
     async def replay(
@@ -79,6 +85,7 @@ class Sessions:
                 labels=dict(labels or source.labels),
                 mode=Mode.REPLAY,
                 parent_id=source.id,
+                owner=self._owner,
             )
             exchanges = self._store.exchanges(source.id)
             return self._new(
@@ -118,6 +125,7 @@ class Sessions:
                 parent_id=parent.id,
                 fork_step=at,
                 change=change.to_json(),
+                owner=self._owner,
             )
             points = (
                 _by_adapter(self._store.latest_snapshots(parent.id, at_most=at)) if restore else {}
@@ -136,10 +144,12 @@ class Sessions:
         *,
         on_divergence: OnDivergence = OnDivergence.FAIL,
         default: bool = True,
+        run_id: str | None = None,
     ) -> Session:
         """Go on with a crashed or stopped run: the steps its agent had fully received are
         served from the cassette (not written again), then it continues live, appending to the
-        same run."""
+        same run. `run_id`, the run's id when the caller has found it already, registers the
+        session while it loads: an agent started at once waits for its run."""
 
         def load() -> Session:
             run = self._store.find_run(run_ref)
@@ -151,13 +161,13 @@ class Sessions:
                 )
             source = self._store.exchanges(run.id)
             points = _by_adapter(self._store.latest_snapshots(run.id))
-            self._store.finish_run(run.id, RunStatus.RUNNING)
-            run.status = RunStatus.RUNNING
+            self._store.finish_run(run.id, RunStatus.RUNNING, owner=self._owner)
+            run.status, run.owner = RunStatus.RUNNING, self._owner or run.owner
             return Session.resume(
                 run, source, self._config, on_divergence=on_divergence, restore_points=points
             )
 
-        return await self._open(None, default, load)
+        return await self._open(run_id, default, load)
 
     async def get(self, run_id: str | None) -> Session:
         """The session for a run id; an unknown id records a run by that id (or goes on with
@@ -173,7 +183,10 @@ class Sessions:
             return self._only(run_id, *self._alone)
         if not _RUN_ID.match(run_id):
             raise ConfigError(f"invalid run id {run_id!r}: use letters, digits, '_', '.', '-'")
-        return await self._open(run_id, False, lambda: self._shared_run(run_id))
+        future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        future.set_result(self._shared_run(run_id))
+        self._sessions[run_id] = future
+        return future.result()
 
     def ready(self, run_id: str | None) -> Session | None:
         """The session of a run id when it is open and numbers its own steps: nothing to wait
@@ -203,61 +216,68 @@ class Sessions:
             run_id=run_id,
         )
 
-    async def allocate(self, session: Session) -> int | None:
-        """The step of a request that just arrived for `session`, taken from the store for a
-        run other proxies may serve too; None for a session that numbers its own."""
+    def allocate(self, session: Session) -> int | None:
+        """The ticket of a request that just arrived for a run other proxies may serve too,
+        handed to the recorder in arrival order (the store numbers it as it writes it); None
+        for a session that numbers its own steps."""
         run_id = session.run.id
         if run_id not in self._shared:
             return None
-        if self._allocator is None:
-            # One thread: steps are taken in the order requests arrived, and a slow read on
-            # the default executor (a run loading) never holds a request back.
-            self._allocator = ThreadPoolExecutor(1, thread_name_prefix="forkpoint-steps")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._allocator, self._store.allocate_step, run_id)
+        ticket = new_ticket()
+        self._recorder.submit(Ticket(run_id, ticket))
+        return ticket
 
     def all(self) -> list[Session]:
         return [f.result() for f in self._sessions.values() if f.done() and not f.exception()]
 
-    async def finish(
-        self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None
-    ) -> None:
-        """Close every run still open; a diverged run keeps its status."""
-        sessions = self.all()
-        for session in sessions:
-            final = RunStatus.DIVERGED if session.run.status is RunStatus.DIVERGED else status
-            session.run.status = final
+    def finish(self, status: RunStatus = RunStatus.FINISHED, *, error: str | None = None) -> None:
+        """Close every run still open, through the recorder (a store taking no writes keeps
+        the ends in the journal: stopping never waits on it); a diverged run keeps its
+        status."""
+        for session in self.all():
+            self._end(session, status, error)
 
-        def write() -> None:
-            for session in sessions:
-                try:
-                    self._store.finish_run(session.run.id, session.run.status, error=error,
-                                           fork_step=session.run.fork_step)  # fmt: skip
-                except ForkpointError as failed:  # a store taking no writes: Ctrl-C still ends
-                    log.error("forkpoint: run %s could not be closed as %s (%s); it stays "
-                              "running", session.run.id, session.run.status, failed)  # fmt: skip
+    def end(self, session: Session, status: RunStatus, *, error: str | None = None) -> None:
+        """Close one session's run as `finish` closes them all (its agent exited while the
+        proxy serves on: a wake in `serve`), and forget it."""
+        self._end(session, status, error)
+        self.forget(session.run.id, session)
 
-        await asyncio.to_thread(write)
-        if self._allocator is not None:
-            self._allocator.shutdown()
+    def forget(self, run_id: str, session: Session | None = None) -> None:
+        """Hold a run's session no longer (it parked, or its agent is gone): a long-lived proxy
+        keeps nothing of the runs it served but what they still need. A later request naming
+        the run opens it again. The default session, and one that replaced `session` (a
+        wake's), are kept."""
+        opening = self._sessions.get(run_id)
+        if opening is None or run_id == self.default_id or not opening.done():
+            return
+        if session is not None and (opening.cancelled() or opening.exception() is not None
+                                    or opening.result() is not session):  # fmt: skip
+            return
+        del self._sessions[run_id]
+        self._shared.discard(run_id)
+
+    def _end(self, session: Session, status: RunStatus, error: str | None) -> None:
+        run = session.run
+        if run.status is RunStatus.PARKED:  # its park is its state: a wake goes on with it
+            return
+        run.status = RunStatus.DIVERGED if run.status is RunStatus.DIVERGED else status
+        self._recorder.submit(Ending(run.id, run.status, error, run.fork_step, run.change))
 
     def _shared_run(self, run_id: str) -> Session:
-        """A run a request names: made in the store now unless it is there (recorded before,
-        or made by another proxy at the same moment); its steps are allocated after its last."""
-        try:
-            run = self._store.get_run(run_id)
-        except RunNotFound:
-            run = Run(id=run_id)
-            try:
-                self._store.create_run(run)
-            except AlreadyRecorded:
-                run = self._store.get_run(run_id)
+        """A run a request names, which other proxies may serve too: made in the store through
+        the recorder, unless it is there already (recorded before, or made by another proxy at
+        the same moment: the write is skipped); the store numbers its steps after its last.
+        Nothing here waits on the store."""
         self._shared.add(run_id)
-        return Session.record(run)
+        return self._new(Session.record(Run(id=run_id)))
 
     def _new(self, session: Session) -> Session:
-        """A session of a run the cassette does not hold yet: the run is written first."""
-        self._recorder.submit(session.run)
+        """A session of a run the cassette does not hold yet: the run is written first, as it
+        is now. The recorder gets a copy: the session's run changes as it goes (`finish` marks
+        it ended), and a run written ended would make its `Ending` a no-op (no error, no end)."""
+        run = session.run
+        self._recorder.submit(replace(run, labels=dict(run.labels), change=deepcopy(run.change)))
         return session
 
     async def _open(
@@ -269,6 +289,7 @@ class Sessions:
             return self._register(await self._loaded(load), default)
         future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
         self._sessions[run_id] = future
+        self._shared.discard(run_id)  # served by this proxy alone from now on (a wake's resume)
         if default:
             self.default_id = run_id
         try:

@@ -84,6 +84,18 @@ class Snapshotter:
             started.append(task)
         return started
 
+    async def pull(self, run_id: str, step: int) -> None:
+        """Pull every adapter of the run now, whatever the policy: the run parks at `step`
+        and its agent is about to end, so this is the state a wake restores."""
+        adapters = list(self._adapters.get(run_id, {}).values())
+        self._last_pull[run_id] = time.monotonic()
+        await asyncio.gather(*(self._pull(run_id, step, adapter) for adapter in adapters))
+
+    def forget(self, run_id: str) -> None:
+        """The run's agent is gone (parked): its adapters answer no more."""
+        self._adapters.pop(run_id, None)
+        self._last_pull.pop(run_id, None)
+
     async def _pull(self, run_id: str, step: int, adapter: Adapter) -> None:
         started = time.perf_counter()
         try:

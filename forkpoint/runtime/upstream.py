@@ -2,25 +2,40 @@
 
 The real sender never decompresses: bodies pass through with their `Content-Encoding` so the
 agent gets the upstream's bytes and the cassette stores exactly those bytes.
+
+An upstream URL may carry credentials (`--upstream https://user:pw@gateway`): they are sent as
+Basic auth only when the agent sent no `Authorization` of its own, so an agent's own header
+goes through as it would without forkpoint (`authorized`); messages name the URL without them.
+
+An upstream that gives no answer (a wrong host, no network, a refused port, a stall) is passed
+on as what it is, a closed connection, and its agent's SDK explains it as a connection error
+at best; so the sender says the cause on stderr (`log`), once per upstream and cause however
+often the SDK retries, and the cassette keeps it as the exchange's error (`forkpoint show`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aiohttp
 
+from forkpoint.doors.heads import FIELDS_MAX, LINE_MAX
 from forkpoint.doors.ports import UpstreamResponse, UpstreamSocket
 from forkpoint.engine.encoding import decode_headers
 from forkpoint.engine.frames import Frame
+from forkpoint.engine.urls import without_userinfo
 from forkpoint.errors import ConfigError, UpstreamError
 from forkpoint.models import Headers
 
 LARGE_BODY = 1024 * 1024
+SAID_AT_MOST = 1024  # upstream failures remembered as said; past that, said again
+log = logging.getLogger(__name__)
 
 
 class _AiohttpResponse:
@@ -29,17 +44,35 @@ class _AiohttpResponse:
         self.status = response.status
         self.headers: Headers = decode_headers(response.raw_headers)
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    def chunks(self) -> AsyncIterator[bytes]:
+        return _Chunks(self._response.content)
+
+    def release(self) -> None:
+        self._response.release()
+
+
+class _Chunks:
+    """A response body as it arrives, each read as aiohttp has it. An iterator of its own,
+    not an async generator over aiohttp's `iter_any`: one call a chunk instead of three."""
+
+    __slots__ = ("_content",)
+
+    def __init__(self, content: aiohttp.StreamReader):
+        self._content = content
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
         try:
-            async for data in self._response.content.iter_any():
-                yield data
+            data = await self._content.readany()
         except (TimeoutError, aiohttp.ServerTimeoutError) as error:
             raise UpstreamError("upstream stalled mid-response", timeout=True) from error
         except aiohttp.ClientError as error:
             raise UpstreamError(f"upstream cut the response: {error}") from error
-
-    def release(self) -> None:
-        self._response.release()
+        if not data:  # its end
+            raise StopAsyncIteration
+        return data
 
 
 class _AiohttpSocket:
@@ -130,6 +163,7 @@ class AiohttpSender:
         )
         self._tls = tls
         self._session: aiohttp.ClientSession | None = None
+        self._said: set[tuple[str, str]] = set()
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -140,34 +174,44 @@ class AiohttpSender:
                 # Send the agent's headers only: no User-Agent, Accept-Encoding … of our own.
                 skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
                 cookie_jar=aiohttp.DummyCookieJar(),
+                # an answer's head as large as the agent's own client takes (doors.heads)
+                max_line_size=LINE_MAX,
+                max_field_size=LINE_MAX,
+                max_headers=FIELDS_MAX,
             )
         return self._session
 
-    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
+    async def send(
+        self, method: str, url: str, headers: Headers, body: bytes | AsyncIterable[bytes]
+    ) -> UpstreamResponse:
         try:
             response = await self._client().request(
-                method, url, headers=list(headers), data=_payload(body), allow_redirects=False
-            )
+                method, authorized(url, headers), headers=headers, data=_payload(body),
+                allow_redirects=False,
+            )  # fmt: skip
         except (TimeoutError, aiohttp.ServerTimeoutError) as error:
-            raise UpstreamError(f"upstream {url} did not answer in time", timeout=True) from error
+            shown = without_userinfo(url)
+            raise self._unanswered(shown, "did not answer in time", error) from error
         except aiohttp.ClientError as error:
-            raise UpstreamError(f"cannot reach upstream {url}: {error}") from error
+            raise self._unanswered(without_userinfo(url), str(error), error) from error
         return _AiohttpResponse(response)
 
     async def websocket(
         self, url: str, headers: Headers, protocols: tuple[str, ...]
     ) -> UpstreamSocket:
+        shown = without_userinfo(url)
         try:
             socket = await self._client().ws_connect(
-                url, headers=list(headers), protocols=protocols, max_msg_size=0
-            )
+                authorized(url, headers), headers=list(headers), protocols=protocols,
+                max_msg_size=0,
+            )  # fmt: skip
         except aiohttp.WSServerHandshakeError as error:
             refused = tuple((k, v) for k, v in (error.headers or {}).items())
             return _RefusedSocket(error.status, refused)
         except (TimeoutError, aiohttp.ServerTimeoutError) as error:
-            raise UpstreamError(f"upstream {url} did not answer in time", timeout=True) from error
+            raise self._unanswered(shown, "did not answer in time", error) from error
         except aiohttp.ClientError as error:
-            raise UpstreamError(f"cannot reach upstream {url}: {error}") from error
+            raise self._unanswered(shown, str(error), error) from error
         assert socket._response is not None  # aiohttp keeps the handshake's response
         return _AiohttpSocket(socket, decode_headers(socket._response.raw_headers))
 
@@ -175,9 +219,50 @@ class AiohttpSender:
         if self._session is not None:
             await self._session.close()
 
+    def _unanswered(self, url: str, cause: str, error: BaseException) -> UpstreamError:
+        """The error for a request `url`'s upstream gave no answer to, said on stderr the first
+        time this upstream fails for this cause (an SDK's retries fail alike: one line, not
+        one per retry)."""
+        timeout = isinstance(error, TimeoutError | aiohttp.ServerTimeoutError)
+        if timeout:
+            failure = UpstreamError(f"upstream {url} did not answer in time", timeout=True)
+        else:
+            failure = UpstreamError(f"cannot reach upstream {url}: {cause}")
+        key = (_origin(url), cause)
+        if key not in self._said:
+            if len(self._said) >= SAID_AT_MOST:
+                self._said.clear()
+            self._said.add(key)
+            log.warning(
+                "forkpoint: %s; the agent got no answer (check the upstream's address and the "
+                "network)",
+                failure,
+            )
+        return failure
 
-def _payload(body: bytes) -> bytes | io.BytesIO | None:
-    # aiohttp writes a large bytes body in one blocking call; a file object goes in pieces.
+
+def _origin(url: str) -> str:
+    """`https://api.openai.com:443` of a request's URL: what an upstream is, whatever the path."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def authorized(url: str, headers: Headers) -> str:
+    """Where to send a request: `url` as it is (aiohttp sends its userinfo as Basic auth), or
+    without its userinfo when the agent sent an `Authorization` of its own, which is the
+    credential the agent meant (two would be refused by aiohttp, and by HTTP)."""
+    if "@" in url and any(name.lower() == "authorization" for name, _ in headers):
+        return without_userinfo(url)
+    return url
+
+
+def _payload(
+    body: bytes | AsyncIterable[bytes],
+) -> bytes | io.BytesIO | AsyncIterable[bytes] | None:
+    # aiohttp writes a large bytes body in one blocking call; a file object goes in pieces,
+    # and an upload as it comes.
+    if not isinstance(body, bytes):
+        return body
     if len(body) > LARGE_BODY:
         return io.BytesIO(body)
     return body or None
@@ -209,7 +294,11 @@ class MockSender:
         self._handler = handler
         self.sent: list[tuple[str, str, Headers, bytes]] = []
 
-    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
+    async def send(
+        self, method: str, url: str, headers: Headers, body: bytes | AsyncIterable[bytes]
+    ) -> UpstreamResponse:
+        if not isinstance(body, bytes):
+            body = b"".join([data async for data in body])
         self.sent.append((method, url, headers, body))
         status, response_headers, chunks = await self._handler(method, url, headers, body)
         return _MockResponse(status, response_headers, chunks)

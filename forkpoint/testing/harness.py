@@ -27,7 +27,7 @@ from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.transfer import joined
 from forkpoint.doors.local import LocalDoor
 from forkpoint.engine.changes import Change
-from forkpoint.engine.config import DEFAULT_ROUTES, OnDivergence
+from forkpoint.engine.config import DEFAULT_ROUTES, OnDivergence, OnHangup
 from forkpoint.engine.pace import Pace
 from forkpoint.engine.session import Session
 from forkpoint.errors import ConfigError
@@ -176,7 +176,9 @@ class CassetteProxy:
             self.store.add_exchanges(recorded)
         forking = self.served is Served.REPLAY and setup.fork_at is not None
         offline = self.served is Served.REPLAY and not forking
-        config = engine_config(options, live=not offline, recorded=recorded)
+        config = engine_config(options, live=not offline, recorded=recorded, env=os.environ)
+        # a test that stops reading an answer ends with it: its teardown waits on no stream
+        config = dataclasses.replace(config, on_hangup=OnHangup.CANCEL)
         self._thread = ProxyThread(self.store, config, loop=self._loop, pace=options.pace)
         try:
             self._thread.__enter__()
@@ -255,20 +257,28 @@ class CassetteProxy:
             return
         run = self.store.get_run(session.run.id)
         exchanges = self.store.exchanges(run.id)
-        if self.served is Served.NEW_EPISODES:  # one recording: what was, and what is new
-            run = dataclasses.replace(run, mode=Mode.RECORD, parent_id=None)
-            exchanges = _merge(session, exchanges)
+        if self.served is Served.NEW_EPISODES:  # what the cassette held, and what is new
+            assert run.parent_id is not None
+            run = self.store.get_run(run.parent_id)
+            held = self.store.exchanges(run.id)
+            new = _new_episodes(run.id, held, exchanges)
+            if not new:  # nothing to add: the cassette stays as it was, byte for byte
+                return
+            exchanges = [*held, *new]
         text.write(self.cassette, run, joined(self.store, exchanges))
 
 
-def _merge(session: Session, exchanges: list[Exchange]) -> list[Exchange]:
-    """`new_episodes`: the run's exchanges, each one served from the cassette put back as
-    recorded (its timings and chunk offsets), then the recorded ones this run did not ask
-    for; numbered in that order."""
-    merged = [session.served.get(e.step, e) for e in exchanges]
-    merged += session.unserved()
+def _new_episodes(
+    run_id: str, held: list[Exchange], exchanges: list[Exchange]
+) -> list[Exchange]:
+    """`new_episodes`: what this run got live (not what the cassette served, nor forkpoint's
+    own empty answer to a side call), as the cassette's run's steps after those it holds, in
+    this run's order; so a cassette only grows by its new episodes, the rest as it was."""
+    after = max((e.step for e in held), default=-1) + 1
+    live = [e for e in exchanges if e.origin is Origin.LIVE]
     return [
-        dataclasses.replace(e, run_id=session.run.id, step=step) for step, e in enumerate(merged)
+        dataclasses.replace(e, run_id=run_id, step=step)
+        for step, e in enumerate(live, start=after)
     ]
 
 
@@ -276,7 +286,9 @@ def _served(record: RecordMode, cassette: Path) -> Served:
     exists = cassette.exists()
     match record:
         case RecordMode.NONE if not exists:
-            raise ConfigError(f"no cassette at {cassette}: record it with --forkpoint-record=once")
+            raise ConfigError(
+                f"no cassette at {cassette}: record it with pytest --record-mode=once"
+            )
         case RecordMode.NONE | RecordMode.ONCE if exists:
             return Served.REPLAY
         case RecordMode.NEW_EPISODES if exists:

@@ -17,10 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from forkpoint.importing import require_extra
+
+require_extra("intercept", "forkpoint.testing.https", modules=("cryptography",))
+
+from cryptography import x509  # noqa: E402 (after the check)
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
 
 __all__ = ["TestCA", "serve_https"]
 

@@ -1,7 +1,8 @@
 """What a scripted upstream answers: the script's view of a request and its replies.
 
 A script is a plain function from a dialect-independent `Prompt` to a `Reply` or an
-`ErrorReply`, so one script drives OpenAI Chat, OpenAI Responses and Anthropic Messages alike.
+`ErrorReply`, so one script drives OpenAI Chat, OpenAI Responses, Anthropic Messages, Gemini,
+Ollama and Cohere alike.
 The wire modules turn a reply into each dialect's exact bytes.
 """
 
@@ -144,7 +145,9 @@ class Usage:
 
 def count_usage(body: dict[str, Any], reply: Reply) -> Usage:
     """Deterministic, plausible counts: about four characters of prompt JSON per token."""
-    prompt_parts = [body.get(k) for k in ("system", "instructions", "messages", "input", "tools")]
+    keys = ("system", "instructions", "messages", "input", "tools", "systemInstruction",
+            "contents", "prompt")  # fmt: skip
+    prompt_parts = [body.get(k) for k in keys if k in body]
     input_tokens = max(1, len(json.dumps(prompt_parts)) // 4)
     output_tokens = len(split_words(reply.text or "")) + sum(
         max(1, len(json.dumps(call.arguments)) // 4) for call in reply.tool_calls
@@ -175,11 +178,16 @@ _Parsed = tuple[str | None, list[Message], list[str]]
 
 
 def _text_of(content: Any) -> str:
-    """Join the text parts of a content value (a string or a list of typed parts)."""
+    """Join the text parts of a content value (a string or a list of typed parts; Cohere's
+    tool results are documents, their text in `document.data`)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return "".join(
+            p.get("text") or str((p.get("document") or {}).get("data", ""))
+            for p in content
+            if isinstance(p, dict)
+        )
     return ""
 
 
@@ -285,8 +293,76 @@ def _parse_anthropic_messages(body: dict[str, Any]) -> _Parsed:
     return system, messages, tools
 
 
+def _parse_gemini(body: dict[str, Any]) -> _Parsed:
+    system = _text_of((body.get("systemInstruction") or {}).get("parts")) or None
+    messages: list[Message] = []
+    for content in body.get("contents") or []:
+        role = "assistant" if content.get("role") == "model" else "user"
+        texts, calls = [], []
+        for part in content.get("parts") or []:
+            if "functionResponse" in part:
+                answer = part["functionResponse"]
+                result = _function_result(answer.get("response"))
+                messages.append(Message("tool", tool_result=result, tool_name=answer.get("name")))
+            elif "functionCall" in part:
+                call = part["functionCall"]
+                calls.append(ToolCallSpec(call.get("name", ""), dict(call.get("args") or {})))
+            elif "text" in part and not part.get("thought"):
+                texts.append(part["text"])
+        if texts or calls:
+            messages.append(Message(role, "".join(texts), tuple(calls)))
+    tools = [
+        declared.get("name", "")
+        for tool in body.get("tools") or []
+        for declared in tool.get("functionDeclarations") or []
+    ]
+    return system, messages, tools
+
+
+def _function_result(response: Any) -> str:
+    """A Gemini function response as a script reads it: its `result` or `output`, else JSON."""
+    if isinstance(response, dict):
+        for key in ("result", "output"):
+            if key in response:
+                value = response[key]
+                return value if isinstance(value, str) else json.dumps(value)
+    return json.dumps(response)
+
+
+def _parse_ollama_chat(body: dict[str, Any]) -> _Parsed:
+    """Ollama's messages are Chat's, with arguments as objects; a tool result names its tool
+    (`tool_name`) or answers the latest call in order."""
+    system: list[str] = []
+    messages: list[Message] = []
+    pending: list[str] = []
+    for m in body.get("messages") or []:
+        role = m.get("role")
+        if role == "system":
+            system.append(_text_of(m.get("content")))
+        elif role == "tool":
+            name = m.get("tool_name") or (pending.pop(0) if pending else None)
+            messages.append(Message("tool", tool_result=_text_of(m.get("content")), tool_name=name))
+        else:
+            functions = [c["function"] for c in m.get("tool_calls") or [] if "function" in c]
+            calls = tuple(
+                ToolCallSpec(f.get("name", ""), _arguments(f.get("arguments"))) for f in functions
+            )
+            pending = [call.name for call in calls]
+            messages.append(Message(role or "user", _text_of(m.get("content")), calls))
+    tools = [t["function"]["name"] for t in body.get("tools") or [] if "function" in t]
+    return _join_system(system), messages, tools
+
+
+def _parse_ollama_generate(body: dict[str, Any]) -> _Parsed:
+    return body.get("system"), [Message("user", str(body.get("prompt") or ""))], []
+
+
 _PARSERS: dict[str, Callable[[dict[str, Any]], _Parsed]] = {
     "openai_chat": _parse_openai_chat,
     "openai_responses": _parse_openai_responses,
     "anthropic_messages": _parse_anthropic_messages,
+    "gemini": _parse_gemini,
+    "ollama_chat": _parse_ollama_chat,
+    "ollama_generate": _parse_ollama_generate,
+    "cohere_chat": _parse_openai_chat,  # Chat's messages, tool results as documents
 }

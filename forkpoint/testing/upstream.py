@@ -1,10 +1,12 @@
-"""A scripted, wire-faithful stand-in for the OpenAI and Anthropic APIs.
+"""A scripted, wire-faithful stand-in for the model APIs agents call.
 
 forkpoint's tests, its demo and users' tests point real SDK clients (through the proxy or not)
-at this server. It answers OpenAI Chat Completions, OpenAI Responses and Anthropic Messages,
-streaming or not, with the providers' exact shapes; what it says comes from a script, so a
-test controls the content while the bytes stay realistic. Ids and timestamps are fresh on
-every call, as upstream, so a replay that returns recorded ones is visibly a replay.
+at this server. It answers OpenAI Chat Completions (also at an Azure deployment's path and
+Groq's), OpenAI Responses, Anthropic Messages, Gemini's generateContent, Ollama's chat and
+generate and Cohere's v2 chat, streaming or not, with the providers' exact shapes; what it says
+comes from a script, so a test controls the content while the bytes stay realistic. Ids and
+timestamps are fresh on every call, as upstream, so a replay that returns recorded ones is
+visibly a replay.
 
     upstream = ScriptedUpstream(lambda prompt: Reply(text="hi"))
     base_url = await upstream.start()            # "http://127.0.0.1:PORT"
@@ -25,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from forkpoint.testing import wire_cohere, wire_ollama
 from forkpoint.testing.script import (
     ErrorReply,
     Message,
@@ -37,8 +40,9 @@ from forkpoint.testing.script import (
     parse_prompt,
 )
 from forkpoint.testing.threads import ThreadError, Threads
-from forkpoint.testing.wire import Event, Wire, frame, random_id
+from forkpoint.testing.wire import Event, Wire, random_id
 from forkpoint.testing.wire_anthropic import MESSAGES, streamed_message
+from forkpoint.testing.wire_gemini import GEMINI, stream_path
 from forkpoint.testing.wire_openai import CHAT, RESPONSES
 
 __all__ = [
@@ -59,6 +63,15 @@ _ROUTES: dict[str, tuple[str, Wire]] = {
     "/chat/completions": ("openai_chat", CHAT),
     "/responses": ("openai_responses", RESPONSES),
     "/messages": ("anthropic_messages", MESSAGES),
+}
+# Served at these paths alone. The model of Gemini and of an Azure deployment is in the path.
+_OTHER_ROUTES: dict[str, tuple[str, Wire]] = {
+    "/openai/v1/chat/completions": ("openai_chat", CHAT),  # Groq's
+    "/openai/deployments/{model}/chat/completions": ("openai_chat", CHAT),  # Azure OpenAI's
+    "/{version}/models/{model}:{verb}": ("gemini", GEMINI),
+    "/api/chat": ("ollama_chat", wire_ollama.CHAT),
+    "/api/generate": ("ollama_generate", wire_ollama.GENERATE),
+    "/v2/chat": ("cohere_chat", wire_cohere.CHAT),
 }
 _MODELS = ("gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini", "o4-mini")
 _MODELS_CREATED = 1_715_367_049  # a model's `created` is fixed: when it was published
@@ -99,6 +112,8 @@ class ScriptedUpstream:
             handler = partial(self._answer, dialect, wire)
             self.app.router.add_post("/v1" + route, handler)
             self.app.router.add_post(route, handler)
+        for route, (dialect, wire) in _OTHER_ROUTES.items():
+            self.app.router.add_post(route, partial(self._answer, dialect, wire))
         self.app.router.add_get("/v1/models", self._models)
         self._runner: web.AppRunner | None = None
 
@@ -140,13 +155,16 @@ class ScriptedUpstream:
             self.finished += 1
 
     async def _answer(self, dialect: str, wire: Wire, request: web.Request) -> web.StreamResponse:
-        headers = {wire.request_id_header: random_id("req_", 32, string.hexdigits[:16])}
+        headers = {}
+        if wire.request_id_header is not None:
+            headers[wire.request_id_header] = random_id("req_", 32, string.hexdigits[:16])
         try:
             body = json.loads(await request.read())
         except ValueError:
             body = None
         if not isinstance(body, dict):
             return self._json(request, 400, wire.error(400, _BAD_JSON, "server_error"), headers)
+        body = _as_asked(dialect, request, body)
         if not body.get("model"):
             error = wire.error(400, "you must provide a model parameter", "server_error")
             return self._json(request, 400, error, headers)
@@ -170,7 +188,7 @@ class ScriptedUpstream:
             events = wire.events(prompt, reply, usage)
             if threaded:
                 self.threads.remember(body, streamed_message(events))
-            return await self._stream(request, events, reply.cut_after, headers)
+            return await self._stream(request, wire, events, reply.cut_after, headers)
         payload = wire.body(prompt, reply, usage)
         if threaded:
             self.threads.remember(body, payload)
@@ -189,17 +207,14 @@ class ScriptedUpstream:
     async def _stream(
         self,
         request: web.Request,
+        wire: Wire,
         events: list[Event],
         cut_after: int | None,
         headers: dict[str, str],
     ) -> web.StreamResponse:
         """Write each event on its own, so a proxy sees the chunks as they come."""
         response = web.StreamResponse(
-            headers={
-                **headers,
-                "Content-Type": "text/event-stream; charset=utf-8",
-                "Cache-Control": "no-cache",
-            }
+            headers={**headers, "Content-Type": wire.stream_type, "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
         # A client that hangs up mid-stream just ends the stream, as it does upstream.
@@ -213,7 +228,7 @@ class ScriptedUpstream:
                     if request.transport is not None:
                         request.transport.close()
                     return response
-                await response.write(frame(event))
+                await response.write(wire.frame(event))
             await response.write_eof()
         return response
 
@@ -223,3 +238,17 @@ class ScriptedUpstream:
             for m in _MODELS
         ]
         return self._json(request, 200, {"object": "list", "data": data}, {})
+
+
+def _as_asked(dialect: str, request: web.Request, body: dict[str, Any]) -> dict[str, Any]:
+    """The request body with what the path says in it: the model of Gemini and of an Azure
+    deployment (which route by it, whatever the body's), whether Gemini streams; Ollama streams
+    unless told not to."""
+    model, verb = request.match_info.get("model"), request.match_info.get("verb", "")
+    if dialect == "gemini":
+        return {**body, "model": model, "stream": stream_path(":" + verb)}
+    if model is not None:
+        return {**body, "model": model}
+    if dialect.startswith("ollama"):
+        return {"stream": True, **body}
+    return body

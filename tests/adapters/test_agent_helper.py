@@ -59,3 +59,42 @@ def test_a_command_under_a_proxy_with_a_token_is_given_it(upstream, cassette, tm
     [snapshot] = snapshots(result.run_id, Options(cassette=cassette)).snapshots
     assert snapshot.ok and snapshot.size == len(b'{"notes": ["kept"]}')
     assert "t0ken" not in repr(upstream.requests)
+
+
+def test_a_refused_registration_says_what_the_proxy_answered(monkeypatch):
+    """The helper registers over http.client (urllib's opener loaded the system's TLS
+    certificates first, tens of ms of every woken agent's start): a refusal still says why."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import pytest
+
+    from forkpoint.adapters.agent import attach
+    from forkpoint.errors import ForkpointError
+
+    paths: list[str] = []
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            paths.append(self.path)
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"error": {"message": "forkpoint: this proxy needs its token"}}'
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("FORKPOINT_URL", f"http://127.0.0.1:{server.server_address[1]}/t/x")
+        monkeypatch.setenv("FORKPOINT_RUN", "r1")
+        with pytest.raises(ForkpointError, match=r"cannot register .*HTTP 401: .*needs its token"):
+            attach(default={"n": 1})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert paths == ["/t/x/r/r1/_forkpoint/adapters"]

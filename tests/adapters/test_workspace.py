@@ -69,7 +69,7 @@ def test_unchanged_files_are_stored_once_across_snapshots(store, tmp_path):
         (root / f"small-{step}.txt").write_text(f"step {step}")
         state = adapter.pull_now()
         store.add_snapshot(Snapshot("r1", step, "workspace", state.content_type, state.data))
-    stored = store.query("SELECT sum(length(data)) FROM blobs")[0][0]
+    stored = store.query("SELECT sum(length(data)) FROM contents")[0][0]
     assert stored < 2 * len(big)  # five snapshots, the 200 kB file stored once
     [latest] = store.latest_snapshots("r1")
     assert latest.step == 4 and latest.data == adapter.pull_now().data

@@ -59,15 +59,16 @@ def test_every_format_round_trips_into_a_new_run(tmp_path, fmt, suffix):
     assert exchange.summary.model == "gpt-4o"
 
 
-def test_formats_are_guessed_from_the_name_then_the_content():
-    assert [guess_format(Path(f"x{s}"), "") for s in (".yml", ".ndjson", ".har")] == [
+def test_formats_are_guessed_from_the_name_then_the_content(tmp_path):
+    assert [guess_format(Path(f"x{s}"))[0] for s in (".yml", ".ndjson", ".har")] == [
         "vcr",
         "jsonl",
         "har",
     ]
-    assert guess_format(Path("x"), '{"forkpoint": 1}') == "jsonl"
-    assert guess_format(Path("x"), '{"log": {}}') == "har"
-    assert guess_format(Path("x"), "interactions: []") == "vcr"
+    for content, fmt in (('{"forkpoint": 1}', "jsonl"), ('{"log": {}}', "har"),
+                         ("interactions: []", "vcr")):  # fmt: skip
+        (tmp_path / "x").write_text(content)
+        assert guess_format(tmp_path / "x") == (fmt, guess_format(tmp_path / "x")[1])
     assert set(FORMATS) == {"vcr", "jsonl", "har"}
 
 

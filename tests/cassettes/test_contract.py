@@ -20,8 +20,10 @@ from forkpoint.errors import AlreadyRecorded, CassetteError, ConfigError, RunNot
 from forkpoint.models import (
     Blob,
     Chunk,
+    Ending,
     Exchange,
     Kind,
+    Mode,
     Origin,
     Piece,
     Run,
@@ -99,7 +101,7 @@ def test_a_run_round_trips_with_every_field(store: Store):
     run = Run(
         id="child", name="nightly", labels={"team": "a", "emoji": "✓"}, parent_id=None,
         fork_step=2, change={"model": "gpt-4o-mini", "mocks": [{"route": "*"}]},
-        created_at=1700000000.25,
+        created_at=1700000000.25, owner="host/boot/18a-42",
     )  # fmt: skip
     store.create_run(run)
     assert store.get_run("child") == run
@@ -129,6 +131,24 @@ def test_finishing_a_run_records_how_it_ended(store: Store):
         store.finish_run("other", RunStatus.FINISHED)
 
 
+def test_a_resume_names_its_process_as_the_runs_owner_and_an_end_keeps_it(store: Store):
+    store.create_run(Run(id="r1", owner="host/boot/18a-1"))
+    store.finish_run("r1", RunStatus.CRASHED)
+    assert store.get_run("r1").owner == "host/boot/18a-1"
+    store.finish_run("r1", RunStatus.RUNNING, owner="host/boot/18b-2")  # a resume
+    assert [r.owner for r in store.list_runs()] == ["host/boot/18b-2"]
+    assert store.find_run("r1").owner == "host/boot/18b-2"
+
+
+def test_ending_a_fork_keeps_its_change_as_it_turned_out(store: Store):
+    store.create_run(Run(id="r1", mode=Mode.FORK, change={"model": "m"}))
+    store.create_run(Run(id="r2", mode=Mode.FORK, change={"model": "m"}))
+    store.end_run(Ending("r1", RunStatus.FINISHED))
+    assert store.get_run("r1").change == {"model": "m"}  # none given: kept
+    store.end_run(Ending("r2", RunStatus.FINISHED, change={"model": "m", "unapplied": ["model"]}))
+    assert store.get_run("r2").change == {"model": "m", "unapplied": ["model"]}
+
+
 def test_values_go_in_and_out_as_copies(store: Store):
     run = Run(id="r1", labels={"a": "1"})
     store.create_run(run)
@@ -146,7 +166,7 @@ def test_values_go_in_and_out_as_copies(store: Store):
 def test_exchanges_round_trip_byte_exact(store: Store):
     store.create_run(Run("r1"))
     summary = Summary(
-        Kind.LLM, "openai_chat", "gpt-4o", Usage(10, 5, 2, 1),
+        Kind.LLM, "openai_chat", "gpt-4o", Usage(10, 5, 2, 1, cache_write=3, audio=4, audio_seconds=9.5),
         (ToolCall("lookup_order", '{"id": "A1"}', "call_1"), ToolCall("noid", "{}", None)),
         "tool_calls", "some text",
     )  # fmt: skip
@@ -215,6 +235,87 @@ def test_requests_that_extend_or_interleave_round_trip(store: Store):
     assert [e.request_body for e in store.exchanges("r1")] == expected
 
 
+def test_a_request_a_change_rewrote_keeps_what_its_agent_asked(store: Store):
+    """A fork's request is stored as it went upstream, with the body its agent sent beside it
+    (what matching reads); copies of it, and others, come back as they went in."""
+    store.create_run(Run("r1"))
+    asked = [conversation(turns) for turns in range(1, 4)]
+    sent = [body.replace(b'"gpt-4o"', b'"gpt-4.1"') for body in asked]
+    store.add_exchanges([exchange(0, asked[0])])
+    store.add_exchanges([exchange(i, sent[i], asked_body=asked[i]) for i in (1, 2)])
+    store.add_exchanges([exchange(3, sent[2], asked_body=b"")])
+    loaded = store.exchanges("r1")
+    assert [(e.request_body, e.asked_body) for e in loaded] == [
+        (asked[0], None), (sent[1], asked[1]), (sent[2], asked[2]), (sent[2], b""),
+    ]  # fmt: skip
+    assert [e.asked for e in loaded[:3]] == asked
+# What an API answers on every call: the same names in the same order, some values changing.
+ANSWER_HEADERS = (
+    ("Date", "Wed, 02 Dec 2026 08:47:26 GMT"), ("Content-Type", "application/json"),
+    ("x-request-id", "req_0"), ("set-cookie", "a=1"), ("Set-Cookie", "b=2"),
+    ("openai-processing-ms", "412"), ("x-empty", ""), ("server", "cloudflare"),
+)  # fmt: skip
+
+
+def answer_headers(step: int) -> tuple[tuple[str, str], ...]:
+    changed = {0: f"Wed, 02 Dec 2026 08:47:{step % 60:02d} GMT", 2: f"req_{step}"}
+    if step % 3 == 0:
+        changed[4] = "b=3"  # a repeated name: only the second one changes
+    return tuple((name, changed.get(i, value)) for i, (name, value) in enumerate(ANSWER_HEADERS))
+
+
+def test_headers_read_back_as_recorded_names_case_order_and_repeats(store: Store):
+    """A run's header lists, stored once and then by what changed, read back as they went
+    in: across batches, a refused batch, out of step order, other names, no headers."""
+    store.create_run(Run("r1"))
+    sent = (("Accept", "application/json"), ("user-agent", "OpenAI/Python 3.57.0"),
+            ("x-stainless-retry-count", "0"))  # fmt: skip
+    recorded = {
+        step: exchange(step, request_headers=sent, response_headers=answer_headers(step))
+        for step in range(12)
+    }
+    recorded[5] = exchange(5, request_headers=(), response_headers=answer_headers(5)[::-1])
+    recorded[6] = exchange(6, request_headers=sent[:2], response_headers=(("X-A", "1"),))
+    recorded[7] = exchange(7, request_headers=(("accept", "application/json"), *sent[1:]),
+                           response_headers=answer_headers(7))  # fmt: skip
+    store.add_exchanges([recorded[0], recorded[1], recorded[2]])
+    with pytest.raises(AlreadyRecorded):
+        store.add_exchanges([recorded[3], exchange(2)])  # refused whole
+    store.add_exchanges([recorded[4], recorded[3]])  # out of order
+    store.add_exchanges([recorded[step] for step in range(5, 10)])
+    store.add_exchanges([recorded[10]])
+    store.add_exchanges([recorded[11]])
+    for bodies in (True, False):
+        loaded = store.exchanges("r1", bodies=bodies)
+        assert [e.request_headers for e in loaded] == [recorded[s].request_headers
+                                                       for s in range(12)]  # fmt: skip
+        assert [e.response_headers for e in loaded] == [recorded[s].response_headers
+                                                        for s in range(12)]  # fmt: skip
+
+
+def test_another_run_s_headers_are_its_own(store: Store):
+    store.create_run(Run("r1"))
+    store.create_run(Run("r2"))
+    store.add_exchanges([exchange(0, response_headers=answer_headers(0))])
+    store.add_exchanges([exchange(0, run_id="r2", response_headers=answer_headers(1)),
+                         exchange(1, response_headers=answer_headers(2))])  # fmt: skip
+    store.add_exchanges([exchange(1, run_id="r2", response_headers=answer_headers(3))])
+    assert [e.response_headers for e in store.exchanges("r1")] == [answer_headers(0),
+                                                                   answer_headers(2)]  # fmt: skip
+    assert [e.response_headers for e in store.exchanges("r2")] == [answer_headers(1),
+                                                                   answer_headers(3)]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", [None, "", "short", "Answer: ships today. " * 40,
+                                  "é∑ ünïcödé 🙂 " * 30, "x" * 127, "x" * 128])  # fmt: skip
+def test_a_summary_s_text_reads_back_as_it_was(store: Store, text: str | None):
+    store.create_run(Run("r1"))
+    summary = Summary(Kind.LLM, "openai_chat", "gpt-4o", text=text)
+    store.add_exchanges([exchange(0, summary=summary)])
+    assert [e.summary for e in store.exchanges("r1", bodies=False)] == [summary]
+    assert [e.summary for e in store.exchanges("r1")] == [summary]
+
+
 def test_a_step_taken_is_refused_and_its_batch_not_written(store: Store):
     store.create_run(Run("r1"))
     store.add_exchanges([exchange(0, b'{"first": 1}')])
@@ -242,17 +343,36 @@ def test_next_step_follows_the_highest_step_past_gaps(store: Store):
     assert store.next_step("unknown") == 0
 
 
-def test_allocated_steps_are_unique_and_follow_stored_ones(store: Store):
+def test_tickets_are_numbered_once_each_after_the_stored_steps(store: Store):
     store.create_run(Run("r1"))
     store.create_run(Run("r2"))
     store.add_exchanges([exchange(0), exchange(3)])  # written by a proxy that numbered its own
-    assert [store.allocate_step("r1") for _ in range(3)] == [4, 5, 6]
-    assert store.next_step("r1") == 7  # allocated, not yet written
-    assert store.allocate_step("r2") == 0
+    assert store.number("r1", [-1, -2, -3]) == {-1: 4, -2: 5, -3: 6}
+    assert store.number("r1", [-2, -4]) == {-2: 5, -4: 7}  # a ticket keeps its step
+    assert store.next_step("r1") == 8  # numbered, not yet written
+    assert store.number("r2", [-1]) == {-1: 0}  # tickets are per run
     store.add_exchanges([exchange(9, run_id="r2")])
-    assert store.allocate_step("r2") == 10
+    assert store.number("r2", [-2]) == {-2: 10}
     with pytest.raises(RunNotFound):
-        store.allocate_step("unknown")
+        store.number("unknown", [-1])
+    # …and read back, without numbering anything (a reader's)
+    assert store.numbered("r1") == {-1: 4, -2: 5, -3: 6, -4: 7}
+    assert store.numbered("r2") == {-1: 0, -2: 10}
+    assert store.numbered("unknown") == {}
+    assert store.next_step("r1") == 8
+
+
+def test_an_ending_closes_a_running_run_and_no_other(store: Store):
+    store.create_run(Run("r1"))
+    store.create_run(Run("r2"))
+    store.finish_run("r2", RunStatus.FINISHED)
+    store.end_run(Ending("r1", RunStatus.CRASHED, "exited 1", ended_at=5.0))
+    store.end_run(Ending("r2", RunStatus.CRASHED, "an old journal's"))
+    one, two = store.get_run("r1"), store.get_run("r2")
+    assert (one.status, one.error, one.ended_at) == (RunStatus.CRASHED, "exited 1", 5.0)
+    assert (two.status, two.error) == (RunStatus.FINISHED, None)
+    with pytest.raises(RunNotFound):
+        store.end_run(Ending("unknown", RunStatus.FINISHED))
 
 
 def test_response_keys_are_equal_for_equal_response_bodies(store: Store):
@@ -297,6 +417,23 @@ def test_a_body_in_pieces_reads_back_exact_and_its_pieces_only_when_asked(store:
     assert store.response_keys("r1")[2] != keys[0]  # the pieces are part of the body
 
 
+def test_a_request_body_in_pieces_reads_back_with_its_fingerprint(store: Store):
+    store.create_run(Run("r1"))
+    rest = bytes(range(256)) * 2048  # an upload's bytes past its held part
+    blobs, pieces = pieces_of(rest, 128 * 1024)
+    store.add_pieces(blobs)
+    # its fingerprint is the whole body's, read as it passed
+    upload = exchange(0, b"held part", fingerprint="f" * 64, request_pieces=pieces)
+    store.add_exchanges([upload, exchange(1, response_body=b"{}")])
+    loaded, plain = store.exchanges("r1")
+    assert (loaded.request_body, loaded.request_pieces) == (b"held part", pieces)
+    assert loaded.fingerprint == "f" * 64 and loaded.pieces == ()
+    assert loaded.request_size == len(b"held part") + len(rest)
+    assert b"".join(store.piece(piece) for piece in loaded.request_pieces) == rest
+    assert store.exchanges("r1", bodies=False)[0].request_pieces == pieces
+    assert plain.request_pieces == ()
+
+
 def test_a_piece_the_store_lacks_is_a_clear_error(store: Store):
     _, (piece,) = pieces_of(b"never stored", 64)
     with pytest.raises(CassetteError, match=piece.digest):
@@ -321,7 +458,10 @@ def test_snapshots_keep_the_newest_good_one_per_adapter(store: Store):
     ]  # fmt: skip
     assert [s.size for s in listed] == [7, 6, 7, 0]
     assert [s.data for s in store.snapshots("r", data=True)] == [
-        b"memory0", b"files1", b"memory2", b"",
+        b"memory0",
+        b"files1",
+        b"memory2",
+        b"",
     ]
     latest = {s.adapter: s.data for s in store.latest_snapshots("r")}
     assert latest == {"memory": b"memory2", "files": b"files1"}
@@ -372,6 +512,22 @@ def test_an_experiment_and_its_branches_round_trip(store: Store):
     ]
 
 
+def test_a_branch_counts_once_and_the_counts_read_without_the_branches(store: Store):
+    """Two workers storing the same probe (one retried after the other was thought lost):
+    the second is refused as recorded already, so each selected run counts once."""
+    for run_id in ("p1", "p2", "b1", "b2"):
+        store.create_run(Run(run_id))
+    assert store.experiment_counts("mini") == (0, 0)
+    store.create_experiment(StoredExperiment("mini", 10.0, None, SPEC))
+    store.add_experiment_branch("mini", StoredBranch(0, "p1", "b1", None, {"at": 0}))
+    with pytest.raises(AlreadyRecorded, match="already has branch 0"):
+        store.add_experiment_branch("mini", StoredBranch(0, "p1", "b2", None, {"at": 0}))
+    store.add_experiment_branch("mini", StoredBranch(1, "p2", None, "no model call", {}))
+    store.add_experiment_branch("mini", StoredBranch(2, "p2", "b2", "crashed: exit 1", {}))
+    assert store.experiment_counts("mini") == (3, 2)
+    assert store.get_experiment("mini")[1][0].branch_id == "b1"
+
+
 def test_experiment_names_are_unique_and_unknown_names_are_clear(store: Store):
     store.create_experiment(StoredExperiment("mini", 10.0, None, SPEC))
     with pytest.raises(ConfigError, match="already has an experiment 'mini'"):
@@ -396,7 +552,8 @@ def test_a_closed_store_refuses_every_call(store: Store):
         lambda: store.finish_run("r1", RunStatus.FINISHED),
         lambda: store.add_exchanges([exchange(0)]), lambda: store.exchanges("r1"),
         lambda: store.step_count("r1"), lambda: store.next_step("r1"),
-        lambda: store.allocate_step("r1"), lambda: store.response_keys("r1"),
+        lambda: store.number("r1", [-1]), lambda: store.response_keys("r1"),
+        lambda: store.end_run(Ending("r1", RunStatus.FINISHED)),
         lambda: store.add_snapshot(Snapshot("r1", 0, "a")), lambda: store.snapshots("r1"),
         lambda: store.latest_snapshots("r1"), store.list_experiments,
         lambda: store.add_pieces([Blob("0" * 64, b"")]),

@@ -6,12 +6,17 @@ import orjson
 import pytest
 
 from forkpoint.cassettes import blobs
-from forkpoint.cassettes.manifests import Blobs, Bodies, Packer
+from forkpoint.cassettes.manifests import BlobRow, Blobs, Bodies, Fetch, Packer
 from tests.cassettes.test_contract import conversation
 
 
 def packed(packer: Packer, step: int, body: bytes, new: dict) -> str:  # type: ignore[type-arg]
-    return packer.pack_request("r1", step, body, new, stored=lambda digest: False)
+    return packer.pack_request("r1", step, body, new, stored=lambda digest: False).dump()
+
+
+def by_hash(new: dict[str, BlobRow]) -> Fetch:
+    """The blobs a packer made, as a store that names them by hash gives them."""
+    return lambda keys: [(k, new[k][2], new[k][3], None, None) for k in keys if k in new]
 
 
 def test_a_request_that_extends_the_last_refers_to_it():
@@ -23,8 +28,7 @@ def test_a_request_that_extends_the_last_refers_to_it():
     reader = Bodies()
     assert reader.request(0, orjson.dumps(first).decode()) == first
     hashes = reader.request(1, orjson.dumps(second).decode())
-    rows = [(digest, codec, data) for digest, _, codec, data in new.values()]
-    assert Blobs(rows).join(hashes) == conversation(2)
+    assert Blobs(by_hash(new)).load(hashes).join(hashes) == conversation(2)
 
 
 def test_after_a_failed_write_nothing_refers_to_what_was_rolled_back():
@@ -37,15 +41,16 @@ def test_after_a_failed_write_nothing_refers_to_what_was_rolled_back():
 def test_a_reference_that_does_not_resolve_is_an_error():
     with pytest.raises(ValueError, match="refers to step 3, which does not read"):
         Bodies().request(5, '{"step": 3, "take": 1, "add": []}')
-    with pytest.raises(ValueError, match="not a list of blob hashes"):
-        Bodies().request(0, "[1, 2]")
+    with pytest.raises(ValueError, match="not a list of blobs"):
+        Bodies().request(0, "[1.5, true]")
     with pytest.raises(ValueError):
         Bodies.other("nope")
 
 
 def test_a_blob_that_does_not_decompress_is_an_error():
     digest = blobs.content_hash(b"x")
+    stored = Blobs(lambda keys: [(digest, "zstd", b"\x28\xb5\x2f\xfd\x00", None, None)])
     with pytest.raises(ValueError, match="does not decompress"):
-        Blobs([(digest, "zstd", b"\x28\xb5\x2f\xfd\x00")]).join([digest])
+        stored.load([digest]).join([digest])
     with pytest.raises(KeyError):
-        Blobs([]).join([digest])
+        Blobs(lambda keys: []).load([digest]).join([digest])

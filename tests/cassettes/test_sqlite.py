@@ -13,6 +13,7 @@ import pytest
 
 from forkpoint.cassettes import blobs
 from forkpoint.cassettes.sqlite.store import SCHEMA_VERSION, SqliteStore
+from forkpoint.cassettes.store import Store
 from forkpoint.errors import CassetteError, SchemaVersionError
 from forkpoint.models import Blob, Chunk, Kind, Piece, Run, Summary, ToolCall, Usage
 from tests.cassettes.test_contract import conversation, exchange
@@ -22,7 +23,7 @@ def test_a_growing_conversation_stores_each_message_once(store: SqliteStore):
     store.create_run(Run("r1"))
     bodies = [conversation(turns) for turns in range(1, 21)]
     store.add_exchanges([exchange(i, body) for i, body in enumerate(bodies)])
-    stored = store.query("SELECT sum(size) FROM blobs")[0][0]
+    stored = store.query("SELECT sum(size) FROM contents")[0][0]
     total = sum(len(b) for b in bodies)
     assert stored < total / 5, (stored, total)
 
@@ -35,6 +36,70 @@ def test_a_long_conversation_grows_linearly(store: SqliteStore):
     manifests = [m for (m,) in store.query("SELECT request_body FROM exchanges ORDER BY step")]
     assert max(len(m) for m in manifests[1:]) < 300, manifests[-1]
     assert [e.request_body for e in store.exchanges("r1")] == bodies
+
+
+# The openai SDK's request headers, and api.openai.com's answer with the values that change.
+SDK_HEADERS = (
+    ("Accept-Encoding", "gzip, deflate, br, zstd"), ("authorization", "[redacted]"),
+    ("accept", "application/json"), ("content-type", "application/json"),
+    ("user-agent", "OpenAI/Python 3.57.0"), ("x-stainless-lang", "python"),
+    ("x-stainless-package-version", "3.57.0"), ("x-stainless-os", "Linux"),
+    ("x-stainless-arch", "x64"), ("x-stainless-runtime", "CPython"),
+    ("x-stainless-runtime-version", "3.12.1"), ("x-stainless-async", "false"),
+    ("x-stainless-retry-count", "0"), ("x-stainless-read-timeout", "600"),
+)  # fmt: skip
+
+
+def openai_answer_headers(step: int) -> tuple[tuple[str, str], ...]:
+    return (
+        ("x-request-id", f"req_{step:032x}"), ("Content-Type", "application/json"),
+        ("Date", f"Wed, 02 Dec 2026 08:{step // 60:02d}:{step % 60:02d} GMT"),
+        ("openai-organization", "user-x8rkpqg1v0wzt5bcn2hjdmla"),
+        ("openai-processing-ms", str(300 + step)), ("openai-version", "2020-10-01"),
+        ("x-ratelimit-limit-requests", "10000"), ("x-ratelimit-remaining-requests", "9999"),
+        ("strict-transport-security", "max-age=31536000; includeSubDomains; preload"),
+        ("Server", "cloudflare"), ("Content-Length", str(1000 + step)),
+    )  # fmt: skip
+
+
+def test_a_run_stores_its_headers_once_then_what_changed_and_its_text_compressed(
+    store: SqliteStore,
+):
+    """Issue 27.10: every exchange kept its header lists whole and its answer's text as it
+    was, 1.4 KB a step of what repeats."""
+    store.create_run(Run("r1"))
+    text = "Answer: your order A00042 ships today from our warehouse in Leeds. " * 8
+    summary = Summary(Kind.LLM, "openai_chat", "gpt-4o", text=text)
+    recorded = [exchange(step, request_headers=SDK_HEADERS, summary=summary,
+                         response_headers=openai_answer_headers(step)) for step in range(50)]  # fmt: skip
+    for start in range(0, 50, 7):
+        store.add_exchanges(recorded[start : start + 7])
+    sizes = store.query("SELECT length(request_headers), length(response_headers), "
+                        "length(text_zstd), text FROM exchanges ORDER BY step")  # fmt: skip
+    whole = len(orjson.dumps(SDK_HEADERS)) + len(orjson.dumps(openai_answer_headers(0)))
+    assert sum(r + a for r, a, _, _ in sizes[1:]) / 49 < whole / 5, sizes[1]
+    assert all(packed < len(text) / 2 and plain is None for _, _, packed, plain in sizes)
+    loaded = store.exchanges("r1", bodies=False)
+    assert [(e.request_headers, e.response_headers, e.summary) for e in loaded] == [
+        (e.request_headers, e.response_headers, e.summary) for e in recorded
+    ]
+
+
+def test_damaged_headers_name_the_steps_that_refer_to_them(store: SqliteStore):
+    store.create_run(Run("r1"))
+    store.add_exchanges([exchange(step, response_headers=openai_answer_headers(step))
+                         for step in range(3)])  # fmt: skip
+    store._db.conn.execute("UPDATE exchanges SET kind='bogus' WHERE step=0")
+    damaged: list[CassetteError] = []
+    loaded = store.exchanges("r1", damaged=damaged)  # step 0's other damage: its headers read
+    assert [e.response_headers for e in loaded] == [openai_answer_headers(1),
+                                                    openai_answer_headers(2)]  # fmt: skip
+    store._db.conn.execute("UPDATE exchanges SET response_headers='[[1' WHERE step=0")
+    damaged.clear()
+    assert store.exchanges("r1", bodies=False, damaged=damaged) == []
+    assert [str(e).split(" is damaged")[0] for e in damaged] == [
+        "run r1 step 0", "run r1 step 1", "run r1 step 2"]  # fmt: skip
+    assert "refers to step 0, which does not read" in str(damaged[1])
 
 
 def test_split_is_lossless_on_any_bytes():
@@ -72,12 +137,38 @@ def test_reopening_keeps_everything(cassette: Path):
     first = SqliteStore(cassette)
     first.create_run(Run("r1"))
     first.add_exchanges([exchange(0, conversation(2))])
-    first.allocate_step("r1")
+    first.number("r1", [-1])
     first.close()
     again = SqliteStore(cassette, create=False)
     assert again.exchanges("r1")[0].request_body == conversation(2)
-    assert again.allocate_step("r1") == 2  # the counter is in the file
+    assert again.number("r1", [-1, -2]) == {-1: 1, -2: 2}  # the tickets are in the file
     again.close()
+
+
+def test_a_second_store_on_the_file_in_one_process_leaves_the_firsts_writes_whole(
+    cassette: Path,
+):
+    """Found by serve's in-process wake: once the web view answered a run (a store of its own
+    on serve's file, opened then closed), serve's writes were seen by no other process. The
+    second store's check read the file's header with a file object of its own, and closing any
+    descriptor of a file drops every POSIX lock the process holds on it: serve's connection
+    was left writing a WAL that other processes started over."""
+    def read_elsewhere() -> list[str]:  # a reader in another process, closed when done
+        read = ("import sqlite3, sys; rows = sqlite3.connect(sys.argv[1]).execute("
+                "'SELECT id FROM runs ORDER BY id'); print(*(r[0] for r in rows), sep=',')")
+        done = subprocess.run([sys.executable, "-c", read, str(cassette)], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        return done.stdout.strip().split(",")
+
+    first = SqliteStore(cassette)
+    first.create_run(Run("before"))
+    second = SqliteStore(cassette, create=False)  # as `forkpoint.answer` opens one in serve
+    second.create_run(Run("by the second"))
+    second.close()
+    assert read_elsewhere() == ["before", "by the second"]
+    first.create_run(Run("after"))
+    assert read_elsewhere() == ["after", "before", "by the second"]
+    first.close()
 
 
 def test_a_missing_cassette_is_a_clear_error_when_reading(tmp_path: Path):
@@ -96,7 +187,9 @@ def test_another_schema_version_is_refused_not_rewritten(cassette: Path, version
         conn.execute(f"PRAGMA user_version={version}")
     before = cassette.read_bytes()
     for read_only in (False, True):
-        with pytest.raises(SchemaVersionError, match=f"version {version}, from an? {word} forkpoint"):
+        with pytest.raises(
+            SchemaVersionError, match=f"version {version}, from an? {word} forkpoint"
+        ):
             SqliteStore(cassette, read_only=read_only)
         assert cassette.read_bytes() == before
 
@@ -122,7 +215,7 @@ def test_a_locked_cassette_is_reported_as_locked(cassette: Path):
         with pytest.raises(CassetteError, match="locked by another process"):
             store.add_exchanges([exchange(0)])
         with pytest.raises(CassetteError, match="locked by another process"):
-            store.allocate_step("r1")
+            store.number("r1", [-1])
     finally:
         locker.rollback()
         locker.close()
@@ -155,7 +248,8 @@ def test_processes_allocating_steps_of_one_run_never_share_one(tmp_path: Path):
     store.close()
     code = (
         "import sys; from forkpoint.cassettes.sqlite.store import SqliteStore; "
-        "s = SqliteStore(sys.argv[1]); print(*(s.allocate_step('r1') for _ in range(200)))"
+        "from forkpoint.models import new_ticket; s = SqliteStore(sys.argv[1]); "
+        "print(*(s.number('r1', [t])[t] for t in (new_ticket() for _ in range(200))))"
     )
     processes = [subprocess.Popen([sys.executable, "-c", code, str(cassette)],
                                   stdout=subprocess.PIPE, text=True) for _ in range(3)]  # fmt: skip
@@ -169,8 +263,28 @@ def test_a_piece_whose_blob_was_changed_is_named_damaged_not_served(store: Sqlit
     store.add_pieces([Blob(piece.digest, data)])
     conn = sqlite3.connect(store.path)
     with conn:  # the cassette damaged behind forkpoint's back
-        conn.execute("UPDATE blobs SET codec='raw', data=? WHERE hash=?",
-                     (b"other bytes", piece.digest))  # fmt: skip
+        conn.execute("UPDATE contents SET codec='raw', data=? WHERE hash=?",
+                     (b"other bytes", bytes.fromhex(piece.digest)))  # fmt: skip
     conn.close()
     with pytest.raises(CassetteError, match=f"the piece {piece.digest} is damaged"):
         store.piece(piece)
+
+
+def a_batch_refused_while_packed_leaves_no_step_to_refer_to(store: Store) -> None:
+    """A batch the store cannot take (text it cannot encode): what was packed of it before is
+    not stored, so the next exchange must not refer to it."""
+    store.create_run(Run("r1"))
+    bad = exchange(1, summary=Summary(Kind.LLM, "openai_chat", "gpt-4o", text="cut \ud800"))
+    with pytest.raises(UnicodeEncodeError):
+        store.add_exchanges([exchange(0, conversation(1), response_headers=openai_answer_headers(0)),
+                             bad])  # fmt: skip
+    later = exchange(2, conversation(2), response_headers=openai_answer_headers(2))
+    store.add_exchanges([later])
+    loaded = store.exchanges("r1")
+    assert [(e.step, e.request_body, e.response_headers) for e in loaded] == [
+        (2, later.request_body, later.response_headers)
+    ]
+
+
+def test_a_batch_refused_while_packed_leaves_no_step_to_refer_to(store: SqliteStore):
+    a_batch_refused_while_packed_leaves_no_step_to_refer_to(store)

@@ -88,7 +88,10 @@ def test_record_show_runs_and_replay(upstream, cassette, agent):
     assert replayed.stdout == "[gpt-4o] hello\n[gpt-4o] again\n"
     assert upstream.request_count == sent
 
-    listed = json.loads(forkpoint("runs", "--json", cassette=cassette).stdout)
+    listed = [
+        json.loads(line)
+        for line in forkpoint("runs", "--json", cassette=cassette).stdout.splitlines()
+    ]
     assert [(r["status"], r["steps"], r["mode"]) for r in listed] == [
         ("finished", 2, "record"),
         ("finished", 2, "replay"),
@@ -135,7 +138,7 @@ def test_a_replay_that_diverges_fails_the_agent_and_says_why(upstream, cassette,
 def test_output_without_a_final_newline_stays_as_the_command_wrote_it(upstream, cassette, tmp_path):
     """`forkpoint record -- prog | jq` must see prog's output alone."""
     prog = tmp_path / "prog.py"
-    prog.write_text('import sys; sys.stdout.write(\'{"answer": 42}\')')
+    prog.write_text("import sys; sys.stdout.write('{\"answer\": 42}')")
     done = forkpoint(
         "record", "--upstream", upstream.url, "--", sys.executable, str(prog), cassette=cassette
     )

@@ -43,7 +43,9 @@ def test_diff_of_an_unknown_run_is_a_clear_error(forked, cassette):
 
 
 def test_runs_and_show_print_tokens_and_cost(forked, cassette):
-    listed = json.loads(forkpoint(cassette, "runs", "--json").stdout)
+    listed = [
+        json.loads(line) for line in forkpoint(cassette, "runs", "--json").stdout.splitlines()
+    ]
     parent, child = listed
     assert {"id", "name", "status", "steps", "fork_step"} <= set(parent)  # kept as they were
     assert parent["totals"]["cost_usd"] > child["totals"]["cost_usd"] > 0

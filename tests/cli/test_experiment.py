@@ -62,7 +62,10 @@ def test_list(ran, recorded):
     listed = forkpoint(recorded.path, "experiment", "list")
     line = next(line for line in listed.stdout.splitlines() if line.startswith("cli "))
     assert "5 runs    1 failed  at first-llm  model=gpt-4o-mini" in line
-    rows = json.loads(forkpoint(recorded.path, "experiment", "list", "--json").stdout)
+    rows = [
+        json.loads(line)
+        for line in forkpoint(recorded.path, "experiment", "list", "--json").stdout.splitlines()
+    ]
     assert {k: rows[0][k] for k in ("name", "runs", "failed")} == {
         "name": "cli",
         "runs": 5,

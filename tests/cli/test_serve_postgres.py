@@ -20,7 +20,7 @@ import psycopg
 from forkpoint.cassettes.postgres import PostgresStore
 from forkpoint.models import Origin, RunStatus
 from tests.pg import postgres_url as postgres_url  # the fixture
-from tests.pg import unavailable
+from tests.pg import server_alone, unavailable
 from tests.runner import command_env
 from tests.runner import forkpoint as run_forkpoint
 
@@ -162,9 +162,11 @@ def test_a_replica_killed_under_load_loses_nothing_its_clients_received(upstream
 
 
 def restart_postgres() -> None:
+    """Restart the server once no other worker's test runs (`tests.pg.server_alone`)."""
     version = os.listdir("/etc/postgresql")[0]
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    with server_alone():
+        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+                       check=True, capture_output=True, timeout=120)  # fmt: skip
 
 
 def postgres_is_local() -> bool:
@@ -205,7 +207,10 @@ def test_a_database_restarted_under_load_loses_nothing(upstream, postgres_url):
             loader.join(60)
         log = stop(process)
     assert outcomes and set(outcomes) == {200}, log  # the proxy kept serving
-    assert "unreachable" in log and "is back after" in log, log
+    # An outage the store saw is said in forkpoint's words, and its end too; a restart quick
+    # enough that no write met it (the pool reconnects between batches) is rightly not said.
+    assert ("unreachable" in log) == ("is back after" in log), log
+    assert "error connecting" not in log and "Traceback" not in log, log
     store = PostgresStore(postgres_url, read_only=True)
     runs = {run.id: run for run in store.list_runs()}
     named = [q for _, q in questions(store, "named")]

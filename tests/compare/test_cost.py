@@ -3,7 +3,8 @@
 Rates per million tokens, from genai-prices 0.2.3's table (genai_prices/data.py):
     openai gpt-4o            input $2.50, cached input $1.25, output $10
     openai gpt-4o-mini       input $0.15, cached input $0.075, output $0.60
-    anthropic claude-sonnet-4  input $3, cache read $0.30, output $15
+    anthropic claude-sonnet-4  input $3, cache write $3.75, cache read $0.30, output $15
+    openai gpt-4o-transcribe audio input $6, output $10; whisper-1 $0.36 an hour of audio
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from decimal import Decimal
 
 import pytest
+from aiohttp import web
 
 from forkpoint.compare.cost import (
     PRICES,
@@ -21,9 +23,12 @@ from forkpoint.compare.cost import (
     price,
     provider_for,
     run_totals,
+    unpriced_reason,
     usd,
+    usd_total,
 )
 from forkpoint.models import Exchange, Kind, Origin, Usage
+from forkpoint.testing.upstream import Reply, ScriptedUpstream
 from tests import builders
 from tests.compare.conftest import FORK_STEP
 
@@ -102,7 +107,10 @@ def test_a_command_names_its_unpriced_models_once_on_stderr_not_in_its_table(tmp
     store = SqliteStore(tmp_path / "c.db")
     store.create_run(Run("r1", name="house"))
     store.add_exchanges(
-        [dataclasses.replace(llm(step, model="house-model-table"), run_id="r1") for step in range(3)]
+        [
+            dataclasses.replace(llm(step, model="house-model-table"), run_id="r1")
+            for step in range(3)
+        ]
     )
     store.close()
     shown = invoke("show", "house", cassette=tmp_path / "c.db")
@@ -192,3 +200,123 @@ def test_a_fork_pays_only_for_its_live_steps_at_its_model(shop, store):
         for u in live
     )
     assert totals.cost_usd == expected and totals.usage == sum(live, Usage())
+
+
+# Found by users (issue 27): what a total hides, what prints as $0, what goes unpriced.
+
+
+def test_one_unpriced_step_keeps_the_known_part_of_the_total():
+    totals = run_totals([llm(0), tool(1), llm(2, model="house-model-7b")])
+    assert totals.cost_usd is None and totals.unpriced_steps == (2,)
+    assert totals.priced_usd == Decimal(4000) / M
+    assert totals.to_json()["priced_cost_usd"] == pytest.approx(0.004)
+    assert (
+        usd_total(totals) == "≥$0.004 (1 unpriced)" and usd_total(totals, short=True) == "≥$0.004"
+    )
+    assert usd_total(run_totals([llm(0)])) == "$0.004"
+
+
+def test_runs_and_show_print_the_known_part_and_why_a_step_is_unpriced(tmp_path):
+    from forkpoint.cassettes.sqlite import SqliteStore
+    from forkpoint.models import Run
+    from tests.runner import invoke
+
+    store = SqliteStore(tmp_path / "c.db")
+    store.create_run(Run("r1", name="mixed"))
+    store.add_exchanges([dataclasses.replace(e, run_id="r1") for e in (
+        llm(0), llm(1, model="house-model-show"), llm(2, usage=None),
+    )])  # fmt: skip
+    store.close()
+    listed = invoke("runs", cassette=tmp_path / "c.db").stdout
+    assert "≥$0.004" in listed.splitlines()[1] and "?" not in listed
+    shown = invoke("show", "mixed", cassette=tmp_path / "c.db").stdout.splitlines()
+    assert f"[unpriced: house-model-show is not in {PRICES}]" in shown[3]
+    assert "[unpriced: no usage reported]" in shown[4]
+    assert shown[5].startswith("total: 2400 tokens, ≥$0.004 (steps 1, 2 unpriced)")
+
+
+def test_an_amount_below_a_millionth_of_a_dollar_is_not_printed_as_zero():
+    # one input token of gpt-4o-mini: $0.15 per M
+    cheap = exchange_cost(llm(model="gpt-4o-mini", usage=Usage(1, 0)))
+    assert cheap == Decimal("0.15") / M and usd(cheap) == "$0.00000015"
+    assert (
+        usd(Decimal("1.6e-7")) == "$0.00000016"
+        and usd(-Decimal("1.6e-7"), signed=True) == "-$0.00000016"
+    )
+    assert usd(Decimal("0.000001")) == "$0.000001" and usd(Decimal("12.3456789")) == "$12.345679"
+
+
+def test_a_stream_without_usage_says_why_it_is_unpriced(shop, store, start_proxy):
+    """Not estimated with a tokenizer (see forkpoint.compare.cost): it says how to get usage."""
+    import openai
+
+    thread = start_proxy(shop.url)
+    run = thread.record(name="no-usage").run
+    with openai.OpenAI(base_url=f"{thread.proxy.url}/v1", api_key="sk-x", max_retries=0) as client:
+        chunks = list(client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "hi"}], stream=True,
+        ))  # fmt: skip
+    thread.close()
+    assert chunks and all(chunk.usage is None for chunk in chunks)
+    [step] = store.exchanges(run.id)
+    assert step.streamed and step.summary is not None and step.summary.usage is None
+    assert exchange_cost(step) is None
+    assert unpriced_reason(step) == (
+        "a stream without usage: ask for it with stream_options.include_usage"
+    )
+    cut = dataclasses.replace(step, complete=False)
+    assert unpriced_reason(cut) == "cut before its usage arrived"
+    assert unpriced_reason(llm()) is None
+
+
+def test_anthropic_cache_writes_are_priced_at_their_own_rate():
+    # claude-sonnet-4: input $3, cache write $3.75, cache read $0.30, output $15. A prompt of
+    # 2000: 500 plain, 1000 written to the cache, 500 read from it; 100 output:
+    # 500 * 3 + 1000 * 3.75 + 500 * 0.30 + 100 * 15 = 1500 + 3750 + 150 + 1500 = 6900 per M
+    usage = Usage(2000, 100, cached=500, cache_write=1000)
+    exchange = llm(model="claude-sonnet-4", usage=usage, dialect="anthropic_messages")
+    assert exchange_cost(exchange) == Decimal(6900) / M
+
+
+async def _transcriptions(request: web.Request) -> web.Response:
+    """OpenAI's transcription endpoint, as its API reference shows its answers."""
+    body = await request.read()  # read already by the upstream's log, so not as a form
+    if b'name="model"\r\n\r\nwhisper-1\r\n' in body:
+        return web.json_response(
+            {"text": "Refund order A1001.", "usage": {"type": "duration", "seconds": 9}}
+        )
+    usage = {"type": "tokens", "input_tokens": 14, "input_token_details": {"text_tokens": 0, "audio_tokens": 14},
+             "output_tokens": 45, "total_tokens": 59}  # fmt: skip
+    return web.json_response({"text": "Refund order A1001.", "usage": usage})
+
+
+def test_an_audio_transcription_is_a_priced_model_call(
+    start_upstream, start_proxy, store, tmp_path
+):
+    import openai
+
+    upstream = ScriptedUpstream(lambda prompt: Reply(text="unused"))
+    upstream.app.router.add_post("/v1/audio/transcriptions", _transcriptions)
+    url = start_upstream(upstream).url
+    audio = tmp_path / "ticket.wav"
+    audio.write_bytes(b"RIFF" + bytes(range(256)) * 64)
+    thread = start_proxy(url)
+    run = thread.record(name="heard").run
+    with openai.OpenAI(base_url=f"{thread.proxy.url}/v1", api_key="sk-x", max_retries=0) as client:
+        for model in ("gpt-4o-transcribe", "whisper-1"):
+            with audio.open("rb") as file:
+                heard = client.audio.transcriptions.create(model=model, file=file)
+            assert heard.text == "Refund order A1001."
+    thread.close()
+    tokens, minutes = store.exchanges(run.id)
+    for step, model in ((tokens, "gpt-4o-transcribe"), (minutes, "whisper-1")):
+        assert step.summary is not None and step.summary.kind == Kind.LLM
+        assert (step.summary.dialect, step.summary.model) == ("openai_audio", model)
+        assert step.summary.text == "Refund order A1001."
+    assert tokens.summary and tokens.summary.usage == Usage(14, 45, audio=14)
+    assert minutes.summary and minutes.summary.usage == Usage(audio_seconds=9.0)
+    # gpt-4o-transcribe: audio input $6, output $10 per M: 14 * 6 + 45 * 10 = 534 per M
+    assert exchange_cost(tokens) == Decimal(534) / M
+    # whisper-1: $0.36 an hour of audio: 9 s = $0.0009
+    assert exchange_cost(minutes) == Decimal("0.0009")
+    assert run_totals([tokens, minutes]).cost_usd == Decimal(534) / M + Decimal("0.0009")

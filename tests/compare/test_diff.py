@@ -158,3 +158,13 @@ def test_fork_point_of_unrelated_and_replayed_runs():
     assert fork_point(Run("a"), Run("b", parent_id="a")) == ("a_is_parent", None)
     left, right = Run("l", parent_id="p", fork_step=4), Run("r", parent_id="p", fork_step=2)
     assert fork_point(left, right) == ("siblings", 2)
+
+
+def test_an_mcp_tool_call_is_named_as_a_tool_with_its_arguments():
+    from forkpoint.compare.diff import _action
+    from forkpoint.engine.dialects import summarize_exchange
+    from tests.engine.test_mcp import call, exchange, result
+
+    step = exchange(call(1, "refund_policy", order_id="A1"), result(1, "ok"))
+    step.summary = summarize_exchange(step)
+    assert _action(step).label == 'tool refund_policy {"order_id":"A1"}'

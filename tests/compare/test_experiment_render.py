@@ -19,8 +19,14 @@ from rich.console import Console
 
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.cassettes.store import StoredBranch, StoredExperiment
-from forkpoint.compare.cost import PRICES, exchange_cost
-from forkpoint.compare.experiment_render import SCHEMA, experiment_json, print_experiment
+from forkpoint.compare.cost import PRICES, exchange_cost, usd
+from forkpoint.compare.experiment_html import experiment_html
+from forkpoint.compare.experiment_render import (
+    SCHEMA,
+    experiment_json,
+    fit_labels,
+    print_experiment,
+)
 from forkpoint.compare.experiment_results import Experiment, load_experiment
 from forkpoint.models import (
     Exchange,
@@ -189,7 +195,9 @@ def test_the_terminal_report(experiment):
     assert "2 of 4 runs (2 failed: listed below)" in text
     assert "1 of 2 changed their tool calls" in text and "2 of 2 changed their final answer" in text
     assert "good: passed 1 of 2 (parents 2 of 2); 1 regressed, 0 fixed" in text
-    assert "pass → FAIL" in text and "t-3 crashed" in text and "t-4 not forked" in text
+    assert "pass → FAIL" in text
+    assert row(text, 3).split()[:4] == ["3", "t-3", "0", "crashed"]
+    assert row(text, 4).split()[:5] == ["4", "t-4", "0", "not", "forked"]
     assert "3  t-3 (p3): crashed: command exited with 1\n  | boom" in text
     assert "4  t-4 (p4): run p4 has no label 'ticket'" in text
     assert f"prices: {PRICES}" in text
@@ -212,3 +220,77 @@ def test_at_80_columns_each_run_keeps_one_line_and_a_name_of_its_own(tmp_path):
     for i, row in enumerate(rows, start=1):
         assert row.startswith(f"{i} ") and f"A100{i}" in row and len(row) <= 80
     assert "Δ tokens" in lines[rule - 1]  # every column is there
+
+
+def row(text: str, seq: int) -> str:
+    """The runs table's row for run `seq`."""
+    lines = text.splitlines()
+    rule = next(i for i, line in enumerate(lines) if line.startswith("───"))
+    return next(line for line in lines[rule + 1 :] if line.startswith(f"{seq} "))
+
+
+def test_a_fork_that_did_not_finish_is_compared_with_nothing(experiment, tmp_path):
+    """Its tool calls, answer, cost and tokens stopped short: as deltas they would read as
+    changes the branch made (found by a user: `≠`, `pass → -` and negative deltas)."""
+    out = io.StringIO()
+    print_experiment(experiment, Console(file=out, width=160, highlight=False))
+    crashed = row(out.getvalue(), 3)
+    cells = crashed.split()
+    assert cells[:4] == ["3", "t-3", "0", "crashed"]
+    assert not {"=", "≠", "→", "-", "pass"} & set(cells) and not any(c[0] in "+-" for c in cells)
+    parent, branch = cost("gpt-4o", 100) * 2, cost("gpt-4o-mini", 50)
+    assert cells[4:] == [usd(parent), usd(branch)]  # what each spent, not set against each other
+
+    document = orjson.loads(orjson.dumps(experiment_json(experiment)))["runs"][2]
+    assert (document["behaviour_changed"], document["answer_changed"]) == (None, None)
+    assert document["from_fork"]["delta"] is None
+    assert document["from_fork"]["branch"]["cost_usd"] == pytest.approx(float(branch))
+
+    page = experiment_html(experiment)
+    cells_html = page.split("<td class=num>3</td>")[1].split("</tr>")[0]
+    assert "<td colspan=3 class=bad>crashed</td>" in cells_html
+    assert "same" not in cells_html and "changed" not in cells_html and "→" not in cells_html
+    assert "<pre class=bad>crashed: command exited with 1\n  | boom</pre>" in cells_html
+
+
+def test_at_80_columns_the_demo_s_runs_keep_names_of_their_own_and_how_they_ended(tmp_path):
+    """The demo names its runs ticket-A1001 … ticket-A1005: cut at the end they all read
+    `ticket-A1…`, and a row's `crashed` was cut with them."""
+    experiment = build(tmp_path / "c.db")
+    named = [
+        dataclasses.replace(b, source=dataclasses.replace(b.source, name=f"ticket-A100{i}"))
+        for i, b in enumerate(experiment.branches, start=1)
+    ]
+    out = io.StringIO()
+    print_experiment(dataclasses.replace(experiment, branches=tuple(named)),
+                     Console(file=out, width=80, highlight=False))  # fmt: skip
+    rows = [row(out.getvalue(), i) for i in (1, 2, 3, 4)]
+    names = [r.split()[1] for r in rows]
+    assert len(set(names)) == 4 and all(n.endswith(f"A100{i}") for i, n in enumerate(names, 1))
+    assert rows[2].split()[3] == "crashed" and rows[3].split()[3:5] == ["not", "forked"]
+    assert all(len(r) <= 80 for r in rows)
+
+
+def test_fit_labels_keeps_what_tells_them_apart():
+    tickets = [f"ticket-A100{i}" for i in range(1, 6)]
+    assert fit_labels(tickets, 20) == tickets
+    assert fit_labels(tickets, 8) == [f"…t-A100{i}" for i in range(1, 6)]
+    assert fit_labels(["a-1-long-suffix", "a-2-long-suffix"], 8) == ["…1-long…", "…2-long…"]
+    assert fit_labels(["one-very-long-name"], 8) == ["one-ver…"]
+
+
+def test_a_failed_fork_s_output_is_never_wrapped_mid_token(tmp_path):
+    """A traceback's lines are printed whole (a terminal folds what is wider than itself):
+    a path or a name cut across two lines cannot be searched or copied."""
+    experiment = build(tmp_path / "c.db")
+    path = "/home/someone/projects/support-agent/.venv/lib/python3.12/site-packages/openai/_base_client.py"
+    error = f'crashed: command exited with 1\n  |   File "{path}", line 1047, in request\n  | openai.APIConnectionError: Connection error.'
+    failed = dataclasses.replace(experiment.branches[2], error=error)
+    branches = (*experiment.branches[:2], failed, experiment.branches[3])
+    out = io.StringIO()
+    print_experiment(dataclasses.replace(experiment, branches=branches),
+                     Console(file=out, width=80, highlight=False))  # fmt: skip
+    lines = out.getvalue().splitlines()
+    assert "3  t-3 (p3): crashed: command exited with 1" in lines
+    assert f'  |   File "{path}", line 1047, in request' in lines
+    assert "  | openai.APIConnectionError: Connection error." in lines

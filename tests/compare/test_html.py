@@ -5,8 +5,8 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 from forkpoint.compare.diff import diff_runs, diff_stored
-from forkpoint.compare.html import diff_html
-from forkpoint.models import Exchange, Run
+from forkpoint.compare.html import diff_body, diff_html
+from forkpoint.models import Exchange, Run, Usage
 from tests.builders import llm
 
 VOID = {"meta", "br", "link", "img", "input", "hr"}
@@ -75,3 +75,27 @@ def test_values_from_the_cassette_are_escaped():
         "script" not in page.tags and "img" not in page.tags and "b" in page.tags
     )  # <b>A</b> only
     assert hostile in "".join(page.text)
+
+
+def test_each_step_says_what_b_took_more_than_a():
+    def step(run_id: str, ms: float, tokens: int) -> Exchange:
+        usage = Usage(input=tokens, output=10)
+        return llm(run_id=run_id, usage=usage, duration_ms=ms, fingerprint="x")
+
+    found = diff_runs(Run("a"), [step("a", 800.0, 1000)], Run("b"), [step("b", 650.0, 400)])
+    row = next(r for r in parse(diff_html(found)).text if "tok" in r)
+    assert row.startswith("-150 ms, -600 tok, -$")
+
+
+def test_the_web_view_links_the_runs_it_shows():
+    class Links:
+        def run(self, run: Run) -> str:
+            return f"runs/{run.id}"
+
+        def diff(self, a: Run, b: Run) -> str:
+            return f"diff/{a.id}/{b.id}"
+
+    found = diff_runs(Run("a", name='"><i>'), [llm(run_id="a")], Run("b"), [llm(run_id="b")])
+    body = diff_body(found, links=Links())
+    assert '<a href="runs/a">&quot;&gt;&lt;i&gt; (a)</a>' in body
+    assert diff_html(found).count("<a ") == 0  # the file keeps no links

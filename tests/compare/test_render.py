@@ -22,10 +22,12 @@ class Nullable:
 
 
 NUMBER = (int, float)
-USAGE = {"input": int, "output": int, "cached": int, "reasoning": int}
+USAGE = {"input": int, "output": int, "cached": int, "reasoning": int, "cache_write": int,
+         "audio": int, "audio_seconds": NUMBER}  # fmt: skip
 TOTALS = {
     "steps": int, "llm_steps": int, "tool_steps": int, "tokens": int, "usage": USAGE,
-    "cost_usd": Nullable(NUMBER), "unpriced_steps": [int], "llm_ms": NUMBER, "tool_ms": NUMBER,
+    "cost_usd": Nullable(NUMBER), "priced_cost_usd": NUMBER, "unpriced_steps": [int],
+    "llm_ms": NUMBER, "tool_ms": NUMBER,
     "wall_ms": NUMBER, "replayed": {"steps": int, "tokens": int, "cost_usd": NUMBER},
     "prices": str,
 }  # fmt: skip

@@ -16,6 +16,7 @@ import openai
 import pytest
 from aiohttp import web
 
+from forkpoint.engine.config import OnHangup
 from forkpoint.models import Origin, RunStatus
 from forkpoint.testing.upstream import ErrorReply, Reply, ScriptedUpstream
 from tests.raw_server import RawServer
@@ -290,10 +291,11 @@ def test_an_upstream_that_cuts_a_stream_is_recorded_as_incomplete_and_cut_again_
             )
 
 
+@pytest.mark.parametrize("on_hangup", list(OnHangup))
 def test_a_client_that_hangs_up_mid_stream_loses_nothing_and_others_are_served(
-    start_proxy, store, tools
+    start_proxy, store, tools, on_hangup
 ):
-    thread = start_proxy(None, routes={"tools": tools.url})
+    thread = start_proxy(None, routes={"tools": tools.url}, on_hangup=on_hangup)
     run = thread.record().run
     host, port = urlsplit(thread.proxy.url).hostname, urlsplit(thread.proxy.url).port
     with socket.create_connection((host, port)) as sock:
@@ -306,9 +308,14 @@ def test_a_client_that_hangs_up_mid_stream_loses_nothing_and_others_are_served(
     assert (status, body) == (200, b"still here")
     wait_for(lambda: thread.proxy.recorder.flush(1) and store.step_count(run.id) == 1)
     thread.close()
-    [cut] = store.exchanges(run.id)
-    assert cut.complete is False and "client disconnected" in (cut.error or "")
-    assert cut.response_body.startswith(b"piece 0")
+    [left] = store.exchanges(run.id)
+    if on_hangup is OnHangup.CANCEL:  # kept as far as the agent had it
+        assert left.complete is False and "client disconnected" in (left.error or "")
+        assert left.response_body.startswith(b"piece 0")
+    else:  # read on to its end, for a resume
+        assert left.complete is True and left.error is None
+        assert "hung up" in (left.note or "")
+        assert left.response_body == b"".join(b"piece %d\n" % i for i in range(50))
     [other] = store.exchanges("other-run")
     assert other.response_body == b"still here"
 

@@ -219,8 +219,9 @@ def test_a_fork_sends_intercepted_llm_calls_to_its_model_and_upstream(
     (exchange,) = recorded(proxy, store, child)
     assert exchange.upstream == f"{second.url}/v1/chat/completions"
     assert exchange.summary is not None and exchange.summary.kind == "llm"
-    # the run keeps what the agent sent; the upstream got it with the change applied
-    assert json.loads(exchange.request_body)["model"] == "gpt-4o"
+    # the run keeps what went upstream (the change applied), and what the agent sent beside it
+    assert json.loads(exchange.request_body)["model"] == "gpt-4o-mini"
+    assert exchange.asked_body is not None and json.loads(exchange.asked_body) == chat
 
 
 def test_runs_are_told_apart_by_proxy_user_or_run_header(intercepting, services, confdir, store):
@@ -374,7 +375,7 @@ def test_a_flow_is_handed_to_the_gateway_with_its_origin_run_and_secret():
         headers={"X-Forkpoint-Run": "run-7", "Proxy-Authorization": "Basic eDo=",
                  "X-Forkpoint-Origin": "http://evil.example"},
     )  # fmt: skip
-    addon.request(flow)
+    addon.requestheaders(flow)
     request = flow.request
     assert (request.scheme, request.host, request.port) == ("http", "127.0.0.1", 8765)
     assert request.path == "/v1/search?q=1"
@@ -384,8 +385,24 @@ def test_a_flow_is_handed_to_the_gateway_with_its_origin_run_and_secret():
     assert "proxy-authorization" not in request.headers
     default_port = tflow.tflow()
     default_port.request = http.Request.make("POST", "https://api.openai.com/v1/chat/completions")
-    addon.request(default_port)
+    addon.requestheaders(default_port)
     assert default_port.request.headers["x-forkpoint-origin"] == "https://api.openai.com"
+    assert not request.stream and not default_port.request.stream  # small: read whole
+
+
+@pytest.mark.parametrize(
+    "framing", [{"Content-Length": str(5 * 2**20)}, {"Transfer-Encoding": "chunked"}]
+)
+def test_a_large_upload_goes_on_to_the_gateway_as_it_arrives(framing):
+    from mitmproxy import http
+    from mitmproxy.test import tflow
+
+    flow = tflow.tflow()
+    flow.request = http.Request.make("POST", "https://api.example.com/v1/files")
+    flow.request.headers.pop("content-length", None)
+    flow.request.headers.update(framing)
+    Interceptor(("127.0.0.1", 8765), "s3cret").requestheaders(flow)
+    assert flow.request.stream and flow.request.host == "127.0.0.1"
 
 
 def test_the_run_comes_from_the_proxy_user_name():

@@ -12,10 +12,13 @@ prompt), and the bytes that must be left alone (files, text that only looks like
 from __future__ import annotations
 
 import asyncio
+import base64
 import http.client
 import itertools
 import json
 import logging
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,12 +26,14 @@ import pytest
 from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from websockets.sync.client import ClientConnection, connect
 
 from forkpoint import api
 from forkpoint.engine.redaction import Redaction, secret_name
 from forkpoint.models import Chunk
 from forkpoint.runtime.loop_thread import LoopThread
 from tests.runner import invoke
+from tests.services import Service
 
 HEADERS = {
     "Authorization": "Bearer SECRET-bearer-1",
@@ -63,7 +68,7 @@ class TokenService:
     """A tool API that answers with a token of its own, and echoes what it got."""
 
     def __init__(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=8 << 20)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self._runner = web.AppRunner(app, access_log=None)  # the service may log its secrets
         self._thread = LoopThread("token-service")
@@ -462,3 +467,291 @@ def test_a_secret_in_json_carried_inside_a_string_is_masked_by_its_name():
     assert carried == {"access_token": "[redacted]", "note": 'say "hi"', "n": 1}
     quoted = json.dumps({"content": 'he said "token": "not json" once'}).encode()
     assert json.loads(Redaction().body(quoted, ()))["content"].startswith("he said")
+
+
+# Secrets known from the request: an upstream that echoes what it was sent (a debugging
+# endpoint, an error that quotes the key, a token endpoint that names it) gives them back
+# where no name says what they are. Each value is masked wherever it appears in the exchange.
+ECHOED = {
+    "bearer": "ECHOED-bearer-7f3a9c2e41",
+    "query": "ECHOED-query-5d8b0e6a93",
+    "body": "ECHOED-body-2c7e9f14ab",
+    "cookie": "ECHOED-cookie-0b3d5f7a19",
+}
+
+
+class EchoService(Service):
+    """A tool API that gives back what it was sent: in its body, its headers, a stream cut in
+    the middle of a value, an error text and websocket messages."""
+
+    def __init__(self) -> None:
+        app = web.Application()
+        app.router.add_get("/ws", self.socket)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        super().__init__(app, "echo-service", access_log=None)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        sent = (await request.read()).decode()
+        seen = f"{request.headers.get('Authorization')} {request.query_string} {sent}"
+        echo = {"Location": f"/next?{request.query_string}", "X-Seen": seen}
+        if request.path.endswith("/stream"):
+            event = f'data: {{"seen": {json.dumps(seen)}}}\n\n'.encode()
+            cut = event.index(ECHOED["bearer"].encode()) + 9  # in the middle of the value
+            stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", **echo})
+            await stream.prepare(request)
+            for part in (event[:cut], event[cut:], b"data: [DONE]\n\n"):
+                await stream.write(part)
+                await asyncio.sleep(0.02)
+            await stream.write_eof()
+            return stream
+        if request.path.endswith("/refused"):
+            return web.Response(status=401, text=f"invalid credentials: {seen}", headers=echo)
+        return web.json_response({"seen": seen, "escaped": seen.replace("-", "\\u002d")},
+                                 headers=echo)  # fmt: skip
+
+    async def socket(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        await socket.send_str(json.dumps({"session": request.headers.get("Authorization")}))
+        async for message in socket:
+            await socket.send_str(f"you said {message.data}")
+        return socket
+
+
+@pytest.fixture
+def echo() -> Iterator[EchoService]:
+    service = EchoService()
+    yield service
+    service.stop()
+
+
+def artifacts(store, cassette: Path, run_id: str, caplog) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
+    """Every place a recorded secret could be read back from: the cassette and its WAL, the
+    records, `show --json`, every export format and the log."""
+    wal = cassette.with_name(cassette.name + "-wal")
+    places = {
+        "cassette": cassette.read_bytes(),
+        "wal": wal.read_bytes() if wal.exists() else b"",
+        "records": repr([e for r in store.list_runs() for e in store.exchanges(r.id)]).encode(),
+        "runs": repr(store.list_runs()).encode(),
+        "show --json": invoke("show", run_id, "--json", cassette=cassette).output.encode(),
+        "log": caplog.text.encode(),
+    }
+    for fmt in ("vcr", "jsonl", "har"):
+        exported = api.export_run(run_id, fmt=fmt, options=api.Options(cassette=cassette))
+        places[f"export {fmt}"] = exported.encode()
+    return places
+
+
+def assert_nowhere(secrets: Iterable[str], places: dict[str, bytes]) -> None:
+    for secret in secrets:
+        for where, content in places.items():
+            at = content.find(secret.encode())
+            assert at < 0, f"{secret} in {where}: " + content[at - 80 : at + 40].decode(
+                errors="replace"
+            )
+
+
+def test_a_secret_the_upstream_echoes_back_is_masked_wherever_it_appears(
+    store, cassette: Path, echo, caplog
+):
+    from forkpoint.api.options import Options, engine_config
+    from forkpoint.runtime.proxy import ProxyThread
+
+    recording = ProxyThread(store, engine_config(Options(routes={"tools": echo.url}), live=True))
+    recording.__enter__()
+    run = recording.record(name="echoed").run
+    url = recording.proxy.url
+    headers = {"Authorization": f"Bearer {ECHOED['bearer']}",
+               "Cookie": f"session={ECHOED['cookie']}"}  # fmt: skip
+    query = f"api_key={ECHOED['query']}"
+    body = {"api_key": ECHOED["body"], "q": "refunds"}
+    caplog.set_level(logging.WARNING, logger="websockets")  # the test's own client
+    with caplog.at_level(logging.DEBUG):
+        got = {}
+        for path in ("/tools/echo", "/tools/stream", "/tools/refused"):
+            got[path] = fetch(url, f"{path}?{query}", json.dumps(body).encode(), headers)
+        with opened_socket(url, "/tools/ws", headers["Authorization"]) as socket:
+            greeting = socket.recv(timeout=5)
+            socket.send(f"my key is {ECHOED['bearer']}")
+            answer = socket.recv(timeout=5)
+        recording.proxy.recorder.flush()
+        places = artifacts(store, cassette, run.id, caplog)
+    recording.close()
+    # the agent got every echo as the upstream sent it
+    assert all(ECHOED["bearer"].encode() in data for _, _, data in got.values())
+    assert got["/tools/refused"][0] == 401 and ECHOED["query"] in got["/tools/echo"][1]["X-Seen"]
+    assert ECHOED["bearer"] in str(greeting) and ECHOED["bearer"] in str(answer)
+    assert_nowhere(ECHOED.values(), places)
+    recorded = store.exchanges(run.id)
+    assert b"refunds" in recorded[0].request_body and b"[redacted]" in recorded[0].response_body
+
+
+def fetch(
+    url: str, path: str, body: bytes, headers: Mapping[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        conn.request("POST", path, body=body, headers=dict(headers))
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def opened_socket(url: str, path: str, authorization: str) -> ClientConnection:
+    return connect(
+        url.replace("http://", "ws://") + path, proxy=None, open_timeout=5,
+        additional_headers={"Authorization": authorization},
+    )  # fmt: skip
+
+
+# Made here, as KEYS are: the shapes of newer providers' keys.
+NEW_KEYS = {
+    "groq": "gsk_" + "Ab3dEf6hIj9kLm2nOp5q" * 2 + "Rs8tUv1wXy4z",
+    "huggingface": "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh",
+    "xai": "xai-" + "Ab3dEf6hIj9kLm2nOp5q" * 4,
+    "perplexity": "pplx-" + "Ab3dEf6hIj9kLm2nOp5q" * 2 + "Rs8tUv1w",
+    "google-oauth": "ya29." + "a0AfB_byC" + "Ab3dEf6hIj9kLm2nOp5q" * 3,
+    "gitlab": "glpat-" + "Ab3dEf6hIj9kLm2nOp5q",
+}
+
+
+def multipart(boundary: str, fields: Mapping[str, str], file: bytes) -> bytes:
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    ]
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="notes.txt"\r\n'
+        "Content-Type: text/plain\r\n\r\n"
+    )
+    parts.append(head.encode() + file + b"\r\n")
+    return b"".join(parts) + f"--{boundary}--\r\n".encode()
+
+
+def test_a_key_in_a_large_body_a_multipart_field_a_lowercase_header_or_a_header_value_is_masked(
+    store, cassette: Path, tokens, caplog
+):
+    from forkpoint.api.options import Options, engine_config
+    from forkpoint.runtime.proxy import ProxyThread
+
+    recording = ProxyThread(store, engine_config(Options(routes={"tools": tokens.url}), live=True))
+    recording.__enter__()
+    run = recording.record(name="attacked").run
+    url = recording.proxy.url
+    pasted = KEYS["openai"]
+    large = json.dumps({"messages": [
+        {"role": "user", "content": "x" * (1 << 20) + f" and my key is {pasted}"},
+        {"role": "user", "content": " ".join(NEW_KEYS.values())},
+    ]}).encode()  # fmt: skip
+    slack = "xoxb-" + "2048-4096-" + "ZyXwVuTsRqPo"
+    file = b"a note that mentions sk-proj-" + b"N0tAKeyJustTextInAFile0123" + b" as is"
+    upload = multipart("b0undary", {"token": slack, "channels": "C0123"}, file)
+    jwt = KEYS["jwt"]
+    headers = {
+        "x-rapidapi-key": "SECRET-rapid-1",  # as Node and HTTP/2 send it
+        "X-Amzn-Oidc-Data": jwt,
+        "x-goog-iap-jwt-assertion": jwt,
+        "X-Honeycomb-Team": "SECRET-honey-2",
+    }
+    with caplog.at_level(logging.DEBUG):
+        assert fetch(url, "/tools/chat", large, {"content-type": "application/json"})[0] == 200
+        form = "multipart/form-data; boundary=b0undary"
+        assert fetch(url, "/tools/files.upload", upload, {"content-type": form})[0] == 200
+        answer = json.dumps({"passphrase": "SECRET-phrase-3", "n": 1}).encode()
+        assert fetch(url, "/tools/weather?appid=SECRET-owm-4&q=Paris", answer, headers)[0] == 200
+        recording.proxy.recorder.flush()
+        places = artifacts(store, cassette, run.id, caplog)
+    recording.close()
+    secrets = [pasted, slack, jwt, *NEW_KEYS.values(), "SECRET-"]
+    assert_nowhere(secrets, places)
+    chat, uploaded, weather = store.exchanges(run.id)
+    assert len(chat.request_body) > 1 << 20 and b"my key is [redacted]" in chat.request_body
+    assert file in uploaded.request_body  # a file's bytes are its own
+    assert b"Paris" in weather.route.encode() and b'"n": 1' in weather.request_body
+
+
+class AuthService(Service):
+    """A model API behind Basic auth, as a self-hosted gateway may be: it notes the
+    Authorization each request came with, and answers like Chat Completions."""
+
+    def __init__(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self.seen: list[tuple[str, str | None]] = []
+        super().__init__(app, "auth-service", access_log=None)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.seen.append((request.path, request.headers.get("Authorization")))
+        return web.json_response({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "fine"}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        })  # fmt: skip
+
+
+USERINFO_AGENT = """
+import os, sys, urllib.request, openai
+client = openai.OpenAI(max_retries=0)
+print(client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+      .choices[0].message.content)
+base = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
+for path in ("/v1/models", "/tools/lookup"):
+    with urllib.request.urlopen(base + path) as answer:  # no Authorization of its own
+        print(answer.status)
+"""
+
+
+def test_an_upstream_with_userinfo_is_basic_auth_only_for_an_agent_without_its_own_and_never_stored(
+    cassette: Path, tmp_path: Path
+):
+    from tests.runner import forkpoint
+
+    service = AuthService()
+    agent = tmp_path / "agent.py"
+    agent.write_text(USERINFO_AGENT)
+    host = service.url.removeprefix("http://")
+    try:
+        done = forkpoint(
+            "record", "--upstream", f"http://gw-user:SECRET-userinfo-1@{host}",
+            "--route", f"tools=http://tool-user:SECRET-userinfo-2@{host}",
+            "--", sys.executable, str(agent),
+            cassette=cassette, env={"OPENAI_API_KEY": "sk-agent-own-key"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["fine", "200", "200"]
+        run = done.run_id
+        forked = forkpoint(
+            "fork", run, "--at", "0", "--upstream", f"http://fork-user:SECRET-userinfo-3@{host}",
+            "--", sys.executable, str(agent),
+            cassette=cassette, env={"OPENAI_API_KEY": "sk-agent-own-key"},
+        )  # fmt: skip
+        assert forked.returncode == 0, forked.stderr
+    finally:
+        service.stop()
+    basic = "Basic " + base64.b64encode(b"gw-user:SECRET-userinfo-1").decode()
+    tool = "Basic " + base64.b64encode(b"tool-user:SECRET-userinfo-2").decode()
+    # the agent's own header goes through as it would without forkpoint; the URL's is used
+    # only where the agent sent none
+    assert service.seen[:3] == [
+        ("/v1/chat/completions", "Bearer sk-agent-own-key"), ("/v1/models", basic),
+        ("/lookup", tool),
+    ]  # fmt: skip
+    assert service.seen[3] == ("/v1/chat/completions", "Bearer sk-agent-own-key")
+    places = {
+        "cassette": cassette.read_bytes(),
+        "log": (done.stderr + forked.stderr).encode(),
+        "runs": invoke("runs", "--json", cassette=cassette).output.encode(),
+    }
+    for shown in (run, forked.run_id):
+        places[f"show {shown}"] = invoke("show", shown, "--json", cassette=cassette).output.encode()
+        for fmt in ("vcr", "jsonl", "har"):
+            exported = api.export_run(shown, fmt=fmt, options=api.Options(cassette=cassette))
+            places[f"export {fmt} {shown}"] = exported.encode()
+    wal = cassette.with_name(cassette.name + "-wal")
+    places["wal"] = wal.read_bytes() if wal.exists() else b""
+    assert_nowhere(["SECRET-userinfo", "gw-user", "tool-user", "fork-user"], places)

@@ -262,3 +262,49 @@ def test_a_fork_spec_file_holds_the_options(cassette, llm, tools, parent, tmp_pa
     assert llm.upstream.requests[0].json["messages"][0]["content"] == "Be kind."
     child, _ = exchanges(cassette, "from-spec")
     assert child.change == {"model": "gpt-4o", "system_prompt": "Be kind."}
+
+
+def test_a_forks_record_says_what_went_upstream_and_its_replay_still_matches(
+    cassette, llm, tools, parent
+):
+    """Issue 25.5: a fork's records kept the agent's model and system prompt while the upstream
+    got the changed ones, so `show`, exports and the web view misstated what was sent."""
+    llm.upstream.reset()
+    forked = forkpoint(
+        cassette, "fork", "parent", "--at", str(AFTER_LOOKUP), "--model", "gpt-4o",
+        "--system-prompt", "Answer warmly.", *routes(llm, tools),
+    )  # fmt: skip
+    assert forked.returncode == 0, forked.stderr
+    sent = [r.body for r in llm.upstream.requests]
+    _, steps = exchanges(cassette, forked.run_id)
+    live_llm = [e for e in steps[AFTER_LOOKUP:] if e.route.endswith("/chat/completions")]
+    assert [e.request_body for e in live_llm] == sent  # byte for byte what the upstream got
+    for e in live_llm:
+        body = json.loads(e.request_body)
+        assert body["model"] == "gpt-4o"
+        assert body["messages"][0] == {"role": "system", "content": "Answer warmly."}
+    for e in steps[:AFTER_LOOKUP]:  # served from the parent: as its agent sent them
+        assert json.loads(e.request_body or b"{}").get("model") in (None, "gpt-4o-mini")
+    # what a reader shows: every format states the model and prompt that were sent
+    shown = json.loads(run_forkpoint("show", forked.run_id, "--json", cassette=cassette).stdout)
+    models = [e.get("model") for e in shown["exchanges"][AFTER_LOOKUP:] if e.get("model")]
+    assert models and set(models) == {"gpt-4o"}
+    for fmt in ("har", "jsonl", "vcr"):
+        exported = run_forkpoint("export", forked.run_id, "--format", fmt, cassette=cassette)
+        assert exported.returncode == 0, exported.stderr
+        assert exported.stdout.count("Answer warmly.") >= len(live_llm), fmt
+    # a replay of the fork, by the same agent, still matches every step, offline
+    llm.upstream.reset()
+    tools.paths.clear()
+    replayed = forkpoint(cassette, "replay", forked.run_id)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout == forked.stdout
+    assert llm.upstream.request_count == 0 and tools.paths == []
+    # and a fork of the fork replays its changed steps too, then goes live with its own change
+    again = forkpoint(cassette, "fork", forked.run_id, "--at", "6", "--model", "gpt-4.1",
+                      *routes(llm, tools))  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert [r.json["model"] for r in llm.upstream.requests] == ["gpt-4.1"]
+    _, steps = exchanges(cassette, again.run_id)
+    assert all(e.origin is Origin.REPLAYED for e in steps[:6])
+    assert json.loads(steps[6].request_body)["model"] == "gpt-4.1"

@@ -9,10 +9,12 @@ from forkpoint.api.mocks import parse_mock
 from forkpoint.engine.changes import Change, apply, load_patch
 from forkpoint.engine.config import OnDivergence
 from forkpoint.engine.decide import Fail, Forward, Mock, Request, Serve, decide
+from forkpoint.engine.matching import MatchConfig, fingerprint_exchange
 from forkpoint.engine.mocks import MockKind
 from forkpoint.engine.session import Session
 from forkpoint.errors import ConfigError
 from forkpoint.models import Exchange, Mode, Origin, Run
+from tests.builders import exchange
 from tests.engine.test_decide import CONFIG, chat, post, recorded_run
 
 
@@ -83,8 +85,13 @@ def test_the_model_and_system_prompt_are_rewritten_only_from_the_fork_on():
     body = orjson.loads(live.body)
     assert body["model"] == "gpt-5-nano"
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
-    # the child records what the agent sent, so a replay or a fork of the child matches it
-    assert live.record.request_body == chat("b")
+    # the child records what went upstream, and keeps what the agent sent, which a replay or
+    # a fork of the child is asked again and matches
+    assert live.record.request_body == live.body and live.record.asked_body == chat("b")
+    assert live.record.asked == chat("b")
+    assert fingerprint_exchange(live.record, MatchConfig()) == fingerprint_exchange(
+        exchange(request_body=chat("b"), route=live.record.route), MatchConfig()
+    )
     # …and its summary names the model sent, even when the answer names none (an error)
     from forkpoint.engine.dialects import summarize_exchange
 

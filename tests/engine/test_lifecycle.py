@@ -101,6 +101,45 @@ def test_a_hang_up_mid_stream_is_incomplete_but_after_the_end_changes_nothing():
     assert after.record.complete
 
 
+def test_an_answer_its_agent_left_is_read_on_sending_nothing_and_kept_whole():
+    tee = Tee(request_record(), started=0.0, finish=100)
+    play(tee, (0.0, Head(200, SSE)), (0.1, Body(b"first ")))
+    assert play(tee, (0.2, HangUp("reset"))) == [] and tee.finishing
+    commands = play(tee, (0.3, Body(b"second ")), (0.4, Body(b"last")), (0.5, End()))
+    assert commands == [Commit(tee.record)]  # nothing sent, nothing dropped
+    record = tee.record
+    assert record.complete and record.error is None
+    assert record.response_body == b"first second last"
+    assert [c.offset_ms for c in record.chunks or []] == [100.0, 300.0, 400.0]
+    assert "hung up after 6 body bytes" in (record.note or "")
+
+
+@pytest.mark.parametrize(
+    ("rest", "error"),
+    [
+        ((Body(b"y" * 101),), "passed 100 bytes"),  # the bytes bound
+        ((Body(b"y"), HangUp("no end within 300 s")), "reading on stopped"),  # the door's clock
+        ((Body(b"y"), Cut("reset by peer")), "then reset by peer"),
+    ],
+)
+def test_reading_on_is_bounded_and_what_came_is_kept_cut(rest, error):
+    tee = Tee(request_record(), started=0.0, finish=100)
+    play(tee, (0.0, Head(200, SSE)), (0.1, Body(b"x")), (0.2, HangUp("reset")))
+    commands = play(tee, *((0.3, event) for event in rest))
+    assert commands == [Commit(tee.record)] and tee.done
+    assert not tee.record.complete and error in (tee.record.error or "")
+    assert tee.record.response_body.startswith(b"x")
+
+
+def test_an_answer_is_not_read_on_before_its_head_nor_once_committed():
+    waiting = Tee(request_record(), started=0.0, finish=100)
+    assert play(waiting, (0.1, HangUp("reset"))) == [Commit(waiting.record)]
+    assert not waiting.record.complete  # nothing was under way: given up
+    whole = Tee(request_record(), started=0.0, finish=100)
+    play(whole, (0.0, Head(200, JSON)), (0.1, Body(b"{}")))  # committed with its last byte
+    assert play(whole, (0.2, HangUp("reset"))) == [] and whole.done and whole.record.complete
+
+
 def test_credentials_in_the_response_are_masked_on_record_and_never_sent_masked():
     tee = Tee(request_record(), started=0.0)
     [head] = play(tee, (0.0, Head(200, (("set-cookie", "s=secret"), *JSON))))
@@ -239,3 +278,68 @@ def test_a_secret_in_a_stream_is_masked_in_the_record_across_its_chunks_and_sent
         Chunk(200.0, b'en": "[redacted]", "n": 1}\n\n'),
         Chunk(300.0, b"data: [DONE]\n\n"),
     ]
+
+
+# A served answer's framing fits the bytes served (issue 25.4): a secret masked when it was
+# recorded changed the body's length, a HAR's content was decoded, an MCP answer renamed.
+TOKEN = b'{"access_token": "sk-proj-Ab3dEf6hIj9kLm2nOp5qAb3dEf6hIj9kLm2nOp5q", "n": 1}'
+MASKED = b'{"access_token": "[redacted]", "n": 1}'
+
+
+def recorded_answer(body: bytes, headers: tuple[tuple[str, str], ...], **fields) -> Exchange:
+    exchange = request_record()
+    exchange.status, exchange.response_headers, exchange.response_body = 200, headers, body
+    for name, value in fields.items():
+        setattr(exchange, name, value)
+    return exchange
+
+
+def test_a_served_head_says_the_length_of_the_bytes_served_where_it_stood():
+    headers = (("Content-Length", str(len(TOKEN))), ("content-type", "application/json"),
+               ("transfer-encoding", "chunked"), ("content-length", "1"))  # fmt: skip
+    [(_, head), (_, body), _] = serve_plan(recorded_answer(MASKED, headers))
+    assert head == Head(200, (("Content-Length", str(len(MASKED))), ("content-type",
+                              "application/json")), False)  # fmt: skip
+    assert body == Body(MASKED)
+    longer = b'{"api_key": "[redacted]"}'  # "k1" masked: longer than the upstream's bytes
+    [(_, head), *_] = serve_plan(recorded_answer(longer, (("content-length", "16"),)))
+    assert head.headers == (("content-length", str(len(longer))),)
+    stream = recorded_answer(b"ab", (("content-length", "9"),), chunks=[Chunk(1, b"a"),
+                             Chunk(2, b"b")])  # fmt: skip
+    assert serve_plan(stream)[0][1] == Head(200, (("content-length", "2"),), True)
+    chunked = (("content-type", "text/event-stream"), ("transfer-encoding", "chunked"))
+    assert serve_plan(recorded_answer(b"x", chunked))[0][1].headers == chunked[:1]
+
+
+def test_a_served_answer_cut_when_recorded_still_comes_up_short():
+    cut = recorded_answer(MASKED, (("content-length", "900"),), complete=False, error="reset")
+    assert serve_plan(cut)[0][1].headers == (("content-length", "900"),)
+    # masked longer than the length it was cut short of: chunked, then cut before its end
+    over = recorded_answer(MASKED, (("content-length", "20"),), complete=False, error="reset")
+    assert serve_plan(over)[0][1].headers == ()
+    tee = Tee(request_record(), started=0.0, keep=False)
+    commands = play(tee, *serve_plan(over))
+    assert commands[-1] == Drop() and SendEnd() not in commands
+
+
+@pytest.mark.parametrize("method, status", [("HEAD", 200), ("GET", 204), ("GET", 304)])
+def test_a_head_without_a_body_keeps_its_length(method, status):
+    bodiless = recorded_answer(b"", (("content-length", "812"),), method=method, status=status)
+    assert serve_plan(bodiless)[0][1].headers == (("content-length", "812"),)
+
+
+def test_a_masked_answer_is_recorded_with_the_length_of_its_recorded_bytes():
+    for streamed, headers in ((False, (("content-type", "application/json"),)),
+                              (True, (("content-type", "text/event-stream"),))):  # fmt: skip
+        tee = Tee(request_record(), started=0.0)
+        length = (("content-length", str(len(TOKEN))),)
+        commands = play(tee, (0.0, Head(200, (*headers, *length))), (0.1, Body(TOKEN)))
+        assert commands[0] == SendHead(200, (*headers, *length))  # the agent's, as it came
+        record = tee.record
+        assert record.response_body == MASKED and record.streamed is streamed
+        assert record.response_headers == (*headers, ("content-length", str(len(MASKED))))
+
+
+def test_a_whole_answer_is_framed_by_its_body_whatever_it_was_given():
+    events = answer(200, (("content-length", "99"), ("transfer-encoding", "chunked")), b"ok")
+    assert events[0] == Head(200, (("content-length", "2"),), False)

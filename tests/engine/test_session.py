@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from forkpoint.engine.config import OnDivergence
 from forkpoint.engine.decide import Fail, Forward, Serve, decide, restore
-from forkpoint.engine.session import Session
-from forkpoint.models import Exchange, Mode, Origin, Run, Snapshot
+from forkpoint.engine.session import Replayed, Session
+from forkpoint.models import Exchange, Kind, Mode, Origin, Run, Snapshot, Summary
 from tests.engine.test_decide import CONFIG, chat, post, recorded_run
 
 
@@ -111,3 +111,35 @@ def test_an_agent_that_already_asked_starts_fresh_and_a_resume_records_nothing_a
     resumed = Session.resume(Run("rec"), source, CONFIG, restore_points={"agent": snapshot(1)})
     restored, replayed = restore(resumed, "agent", now=NOW)
     assert restored is not None and replayed == []
+
+
+def test_a_resume_that_went_live_owes_no_recorded_step_from_there():
+    """Found by CI (issue 27.2's check): `resume --on-divergence live` exited 4, its recorded
+    steps from where it went live counted as never asked for. Those before still count."""
+    source = recorded_run(chat("a"), chat("b"), chat("c"))
+    at_once = Session.resume(Run("rec"), source, CONFIG, on_divergence=OnDivergence.LIVE)
+    assert isinstance(ask(at_once, "not a"), Forward)
+    assert at_once.replayed() == Replayed(0, ())
+    later = Session.resume(Run("rec"), source, CONFIG, on_divergence=OnDivergence.LIVE)
+    assert isinstance(ask(later, "a"), Serve) and isinstance(ask(later, "not b"), Forward)
+    assert later.replayed() == Replayed(1, ()) and later.replayed().served == 1
+    assert later.run.fork_step is None  # a resume goes on in its own run: it forks nothing
+    stopped = Session.resume(Run("rec"), source, CONFIG, on_divergence=OnDivergence.LIVE)
+    assert isinstance(ask(stopped, "a"), Serve)  # then its agent stops: b and c never asked
+    assert stopped.replayed() == Replayed(3, (1, 2))
+
+
+def test_a_replay_owes_the_model_calls_it_recorded_not_its_side_calls():
+    """Found in the full suite: codex forked through the interceptor exited 4, `never asked for
+    step 2`: a side call of its own (a plugin list from api.github.com, which got no answer)
+    made at another moment this time. Issue 27.2's check is about recorded model calls: a
+    tool or other call left over is no sign of a client that bypassed the proxy."""
+    source = recorded_run(chat("a"), chat("b"), chat("c"))
+    kinds = [Kind.LLM, Kind.OTHER, Kind.TOOL]
+    for exchange, kind in zip(source, kinds, strict=True):
+        exchange.summary = Summary(kind=kind, dialect="openai_chat" if kind is Kind.LLM else "http")
+    session = Session.replay(Run("rep", mode=Mode.REPLAY, parent_id="rec"), source, CONFIG)
+    assert isinstance(ask(session, "a"), Serve)  # then the agent stops
+    assert session.replayed() == Replayed(1, ())
+    stopped = Session.replay(Run("rep2", mode=Mode.REPLAY, parent_id="rec"), source, CONFIG)
+    assert stopped.replayed() == Replayed(1, (0,))

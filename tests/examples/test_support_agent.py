@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from examples.support_agent.script import support_script
-from examples.support_agent.tools_service import REFUNDS, create_app
+from examples.support_agent.tools_service import APPROVALS, REFUNDS, create_app
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.testing.script import parse_prompt
 from forkpoint.testing.upstream import Reply, ScriptedUpstream, ToolCallSpec
@@ -159,3 +159,53 @@ def test_script_skips_the_refund_outside_the_window_and_words_it_by_model() -> N
         "outside the 30-day refund window."
     )
     assert chatty.text and chatty.text.startswith("I'm sorry, but I can't refund order A1001")
+
+
+BIG_TICKET = "My headphones (order A1005) hum constantly. I want a refund."  # $199.99: over $100
+
+
+def test_a_refund_over_the_limit_asks_for_approval_which_the_tool_service_gives_itself(
+    start_upstream, tools, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    llm = start_upstream(ScriptedUpstream(support_script, chunk_delay=0.01))
+    cassette = str(tmp_path / "c.db")
+    recorded = forkpoint(
+        "record", "--cassette", cassette, "--upstream", llm.url, "--route", f"tools={tools.url}",
+        "--", sys.executable, str(AGENT), BIG_TICKET,
+    )  # fmt: skip
+    answer, _ = answer_and_run(recorded)
+    assert (
+        answer == "Refund of $199.99 issued for order A1005 (RF-7001, approved by auto-approval)."
+    )
+    assert tools.app[APPROVALS] == [
+        {"action": "refund", "order_id": "A1005", "amount": 199.99, "limit": 100.0}
+    ]
+    assert [r["amount"] for r in tools.app[REFUNDS]] == [199.99]
+
+
+def test_a_parked_approval_answered_no_wakes_the_agent_to_refuse_the_refund(
+    start_upstream, tools, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    llm = start_upstream(ScriptedUpstream(support_script, chunk_delay=0.01))
+    cassette = str(tmp_path / "c.db")
+    parked = forkpoint(
+        "record", "--cassette", cassette, "--park", "POST /tools/approvals*", "--upstream",
+        llm.url, "--route", f"tools={tools.url}", "--", sys.executable, str(AGENT), BIG_TICKET,
+    )  # fmt: skip
+    assert parked.returncode == 75, parked.stderr
+    assert "asking for approval" in parked.stderr and parked.stdout == ""
+    assert tools.app[APPROVALS] == [] and tools.app[REFUNDS] == []  # the request went nowhere
+    denial = '{"approved": false, "by": "bob", "note": "over the monthly budget"}'
+    woken = forkpoint("answer", "--cassette", cassette, parked.run_id, "--body", denial)
+    assert woken.returncode == 0, woken.stderr
+    assert woken.stdout.strip() == (
+        "No refund for order A1005 ($199.99): a refund over $100.00 needs approval, and bob did "
+        "not give it: over the monthly budget."
+    )
+    assert tools.app[APPROVALS] == [] and tools.app[REFUNDS] == []  # no refund was issued
+    shown = json.loads(forkpoint("show", "--cassette", cassette, parked.run_id, "--json").stdout)
+    assert [(e["route"], e["origin"]) for e in shown["exchanges"][4:]] == [
+        ("/v1/chat/completions", "live"),
+        ("/tools/approvals", "answered"),
+        ("/v1/chat/completions", "live"),
+    ]

@@ -155,3 +155,38 @@ def test_a_body_in_pieces_goes_into_the_cassette_whole_and_replays_exact(tmp_pat
         assert fetched(f"{replaying.url}/v1/plain", run=None) == got
     finally:
         replaying.stop(save=False)
+
+
+def test_new_episodes_with_nothing_new_leaves_the_cassette_byte_identical(
+    tmp_path, upstream
+):
+    """Issue 25.6: a new_episodes run that asked nothing new rewrote every cassette (a new run
+    id, new timestamps): a pull request full of noise."""
+    cassette = tmp_path / "c.yaml"
+
+    def run_test(record: RecordMode, *questions: str) -> list[str]:
+        proxy = CassetteProxy(
+            CassetteOptions(cassette=cassette, record=record,  # named as the plugin names it
+                            options=Options(upstream=upstream.url, name="tests/t.py::test_q"))
+        )  # fmt: skip
+        proxy.start()
+        answers = [ask(proxy.url, q) for q in questions]
+        proxy.stop(save=True)
+        return answers
+
+    run_test(RecordMode.ONCE, "a", "b")
+    recorded = cassette.read_bytes()
+    written = cassette.stat().st_mtime_ns
+    assert run_test(RecordMode.NEW_EPISODES, "b", "a") == ["[gpt-4o] b", "[gpt-4o] a"]
+    assert cassette.read_bytes() == recorded and cassette.stat().st_mtime_ns == written
+    assert upstream.request_count == 2
+
+    # a new request: only its episode is added, after what the cassette held, as it was
+    assert run_test(RecordMode.NEW_EPISODES, "b", "c", "a")[1] == "[gpt-4o] c"
+    grown = cassette.read_bytes()
+    held, ending = recorded.rsplit(b"version: 1\n", 1)
+    assert grown.startswith(held) and grown.endswith(b"version: 1\n") and not ending
+    added = grown[len(held) :]
+    assert added.count(b"- request:") == 1 and b'"c"' in added and b"step: 2" in added
+    assert upstream.request_count == 3
+    assert run_test(RecordMode.NEW_EPISODES, "c", "a", "b") and cassette.read_bytes() == grown

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from forkpoint.cassettes.memory import MemoryStore
-from forkpoint.engine.config import EngineConfig, Routes
+from forkpoint.engine.config import EngineConfig, OnHangup, Routes
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.proxy import ProxyThread
 from forkpoint.testing.httpx_door import MODULES, route
@@ -75,7 +75,8 @@ ANSWERS: dict[str, list[bytes] | None] = {
 
 class Upstream(RawServer):
     """Writes each case's answer in its parts, 10 ms apart, then closes the connection; also
-    `drip` (a chunk every 50 ms), `stall` (a head, then nothing) and `big` (64 MiB)."""
+    `drip` (a chunk every 50 ms), `stall` (a head, then nothing), `big` (64 MiB) and `upload`
+    (the sha256 of the body it read)."""
 
     def __init__(self) -> None:
         self.sent = 0
@@ -100,6 +101,10 @@ class Upstream(RawServer):
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
                 await writer.drain()
                 await asyncio.sleep(3)
+            elif case == "upload":  # reads the body its head announces, answers its digest
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                digest = hashlib.sha256(await reader.readexactly(length)).hexdigest().encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 64\r\n\r\n" + digest)
             elif case == "big":
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % BIG)
                 block = bytes(range(256)) * 4096
@@ -230,6 +235,46 @@ def test_a_client_sees_and_the_proxy_records_the_same_through_either_door(
     assert recorded(store, replays["in-process"]) == recorded(store, replays["socket"])
 
 
+@pytest.mark.parametrize("httpx", CLIENTS, ids=MODULES)
+def test_an_upload_in_pieces_is_recorded_and_replayed_alike_through_either_door(
+    proxies, upstream, monkeypatch, httpx
+):
+    body = bytes(range(256)) * (6 << 12)  # 6 MiB: past the 4 MiB a file's body is held to
+    digest = hashlib.sha256(body).hexdigest().encode()
+
+    def uploads(thread: Any, runs: dict[str, str]) -> dict[str, tuple[int, bytes]]:
+        answers = {}
+        for way, run in runs.items():
+            if way == "in-process":
+                routed(monkeypatch, thread)
+            with httpx.Client() as client:
+                answer = client.post(f"{thread.proxy.url}/r/{run}/up/upload", content=body)
+            answers[way] = (answer.status_code, answer.content)
+            monkeypatch.undo()
+        thread.proxy.recorder.flush(10)
+        return answers
+
+    def kept(store: Any, run: str) -> list[tuple[Any, ...]]:
+        return [  # a piece's time is the door's own
+            (e.request_body, [(p.digest, p.size) for p in e.request_pieces], e.request_size,
+             e.fingerprint, e.response_body)
+            for e in store.exchanges(run)
+        ]  # fmt: skip
+
+    start_proxy, store = proxies
+    thread = start_proxy(None, routes={"up": upstream.url})
+    runs = {"socket": "upload-socket", "in-process": "upload-local"}
+    assert uploads(thread, runs) == dict.fromkeys(runs, (200, digest))
+    [(held, pieces, size, _, _)] = kept(store, "upload-socket")
+    assert (held, size) == (body[: 4 << 20], len(body)) and pieces
+    assert kept(store, "upload-local") == kept(store, "upload-socket")
+    upstream.stop()  # replayed both ways from what the socket recorded, offline
+    replaying = start_proxy(None, routes={"up": upstream.url})
+    replays = {way: replaying.replay("upload-socket").run.id for way in runs}
+    assert uploads(replaying, replays) == dict.fromkeys(runs, (200, digest))
+    assert kept(store, replays["in-process"]) == kept(store, replays["socket"])
+
+
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("httpx", CLIENTS, ids=MODULES)
 def test_a_replay_in_memory_is_answered_on_the_clients_thread_while_the_loop_is_busy(
@@ -275,7 +320,7 @@ def test_a_replay_in_memory_is_answered_on_the_clients_thread_while_the_loop_is_
 def test_a_stall_is_a_read_timeout_and_a_hang_up_is_recorded_as_over_a_socket(
     start_proxy, store, upstream, monkeypatch, httpx
 ):
-    thread = start_proxy(None, routes={"up": upstream.url})
+    thread = start_proxy(None, routes={"up": upstream.url}, on_hangup=OnHangup.CANCEL)
     run = thread.record().run
     routed(monkeypatch, thread)
     with httpx.Client(timeout=httpx.Timeout(5, read=0.3)) as client:
@@ -328,7 +373,7 @@ def test_other_addresses_go_over_the_network_as_before(start_proxy, upstream, mo
 
 def test_an_answer_left_open_is_hung_up_on_when_the_door_closes(start_proxy, store, upstream):
     httpx = CLIENTS[0]
-    thread = start_proxy(None, routes={"up": upstream.url})
+    thread = start_proxy(None, routes={"up": upstream.url}, on_hangup=OnHangup.CANCEL)
     run = thread.record().run
     door = thread.local_door()
     host, port = thread.proxy.url.removeprefix("http://").split(":")

@@ -136,7 +136,7 @@ def test_none_without_a_cassette_says_how_to_record_one(inner):
     result = run(inner)
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
-        ["*no cassette at *test_ticket.yaml: record it with --forkpoint-record=once*"]
+        ["*no cassette at *test_ticket.yaml: record it with pytest --record-mode=once*"]
     )
     assert "During handling" not in result.stdout.str()
 
@@ -195,7 +195,7 @@ def test_new_episodes_replays_what_it_has_and_records_the_rest(inner, upstream):
         yaml.safe_load(i["request"]["body"])["messages"][0]["content"]
         for i in document["interactions"]
     ]
-    assert asked == ["two", "three", "one"]  # this run's order, then what it did not ask for
+    assert asked == ["one", "two", "three"]  # what the cassette held as it was, then the new
     assert [i["forkpoint"]["step"] for i in document["interactions"]] == [0, 1, 2]
     upstream.stop()
     run(inner).assert_outcomes(passed=1)

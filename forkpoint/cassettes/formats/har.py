@@ -10,25 +10,30 @@ entry's step, route, origin and a stream's chunks.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import parse_qsl, urlsplit
 
+import ijson
 import orjson
 
+from forkpoint.cassettes.formats import checks, interop
+from forkpoint.cassettes.formats.checks import Invalid, Where
 from forkpoint.cassettes.formats.interop import (
     NO_UPSTREAM,
-    Invalid,
+    NotThisFormat,
     Parts,
-    Where,
     build_exchange,
+    choice,
     chunk_sizes,
     decoded_body,
+    field,
     held_whole,
+    millis,
     need,
     optional,
     route_for,
@@ -40,7 +45,7 @@ from forkpoint.engine.encoding import header
 from forkpoint.errors import CassetteError, SchemaVersionError
 from forkpoint.models import Exchange, Headers, Origin, Run
 
-__all__ = ["FORMAT_VERSION", "dumps", "loads"]
+__all__ = ["FORMAT_VERSION", "dumps", "loads", "read_exchanges", "read_run"]
 
 FORMAT_VERSION = 1  # of the `_forkpoint` extras
 
@@ -164,14 +169,36 @@ def loads(
     text: str, *, source: str = "<string>", routes: Mapping[str, str] | None = None
 ) -> tuple[Run, list[Exchange]]:
     """The run in a HAR file, forkpoint's or another tool's; `routes` as for `text.loads`."""
+    return interop.loads(read_run, read_exchanges, text, source=source, routes=routes)
+
+
+def read_run(file: IO[bytes], *, source: str) -> Run:
+    """The file's run (forkpoint's `log._forkpoint`, else a finished run named after the
+    file), its version checked. The whole file is parsed, its entries passed over unbuilt:
+    HAR puts nothing first, and a file that is no JSON is refused before anything is stored."""
+    meta: Any = None
+    shape = {"log": False, "log.entries": False}  # each seen, and of the right kind
     try:
-        document = orjson.loads(text)
-    except orjson.JSONDecodeError as error:
-        raise CassetteError(f"{source}: not valid JSON ({error})") from None
+        events = ijson.parse(file, use_float=True)
+        if next(events, None) != ("", "start_map", None):
+            raise NotThisFormat(f"{source}: not a HAR file: it is not a JSON object ({_SHAPE})")
+        for prefix, event, value in events:
+            if event != "map_key" or prefix not in ("", "log"):
+                continue
+            key = f"{prefix}.{value}".lstrip(".")
+            if key in shape:
+                shape[key] = next(events)[1] == ("start_map" if key == "log" else "start_array")
+            elif key == "log._forkpoint":
+                meta = _built(events)
+    except ijson.JSONError as error:
+        raise CassetteError(f"{source}: not valid JSON ({_first_line(error)})") from None
+    if not all(shape.values()):
+        missing = "`log` object" if not shape["log"] else "`log.entries` list"
+        raise NotThisFormat(f"{source}: not a HAR file: it has no {missing} ({_SHAPE})")
     try:
-        log = need(document, "log", dict, ())
-        meta = optional(log, "_forkpoint", dict, ("log",)) or {}
-        found = optional(meta, "format_version", int, ("log", "_forkpoint")) or FORMAT_VERSION
+        if meta is not None and not isinstance(meta, dict):
+            raise Invalid(("log", "_forkpoint"), "`_forkpoint` should be an object")
+        found = optional(meta or {}, "format_version", int, ("log", "_forkpoint")) or FORMAT_VERSION
         if found > FORMAT_VERSION:
             raise SchemaVersionError(
                 f"{source}: written by a newer forkpoint (HAR extras format {found}; this "
@@ -179,21 +206,62 @@ def loads(
                 found=found,
                 expected=FORMAT_VERSION,
             )
-        run = run_from_json(
-            optional(meta, "run", dict, ("log", "_forkpoint")),
+        return run_from_json(
+            optional(meta or {}, "run", dict, ("log", "_forkpoint")),
             ("log", "_forkpoint", "run"),
             default_name=Path(source).stem,
         )
-        entries = need(log, "entries", list, ("log",))
-        exchanges = [
-            build_exchange(run.id, step, _parts(entry, routes or {}, path), path)
-            for step, entry in enumerate(entries)
-            for path in [("log", "entries", step)]
-        ]
     except Invalid as error:
-        where = ".".join(str(key) for key in error.path) or "top level"
-        raise CassetteError(f"{source}, at {where}: {error}") from None
-    return run, exchanges
+        raise CassetteError(f"{source}: {field(error.path)}: {error}") from None
+
+
+def read_exchanges(
+    file: IO[bytes], run_id: str, *, source: str, routes: Mapping[str, str]
+) -> Iterator[Exchange]:
+    """The file's entries as exchanges of the run `run_id`, one at a time."""
+    step = 0
+    entries = ijson.items(file, "log.entries.item", use_float=True)
+    while True:
+        try:
+            entry = next(entries, None)
+        except ijson.JSONError as error:
+            raise CassetteError(
+                f"{source}: entry {step}: not valid JSON ({_first_line(error)})"
+            ) from None
+        if entry is None:
+            return
+        path = ("log", "entries", step)
+        try:
+            yield build_exchange(run_id, step, _parts(entry, routes, path), path)
+        except Invalid as error:
+            where = ", ".join(part for part in (f"entry {step}", field(error.path, 3)) if part)
+            raise CassetteError(f"{source}: {where}: {error}") from None
+        step += 1
+
+
+# What a HAR is, as an error says it.
+_SHAPE = 'a HAR is {"log": {"entries": [...]}}'
+
+
+def _built(events: Iterator[tuple[str, str, Any]]) -> Any:
+    """The value whose events come next (a map's, a list's or a scalar's), built."""
+    builder = ijson.ObjectBuilder()
+    depth = 0
+    for _, event, value in events:
+        builder.event(event, value)
+        depth += event in ("start_map", "start_array")
+        depth -= event in ("end_map", "end_array")
+        if depth == 0:
+            break
+    return builder.value
+
+
+def _first_line(error: Exception) -> str:
+    """yajl's message without the lines that point at the text."""
+    text = error.args[0] if error.args else ""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    return str(text).strip().splitlines()[0] if str(text).strip() else "cut short"
 
 
 def _parts(entry: Any, routes: Mapping[str, str], path: Where) -> Parts:
@@ -201,7 +269,7 @@ def _parts(entry: Any, routes: Mapping[str, str], path: Where) -> Parts:
     response = need(entry, "response", dict, path)
     extras = optional(entry, "_forkpoint", dict, path) or {}
     rq, rs, xp = (*path, "request"), (*path, "response"), (*path, "_forkpoint")
-    url = need(request, "url", str, rq)
+    url = checks.url(need(request, "url", str, rq), (*rq, "url"))
     chunks = chunk_sizes(extras.get("chunks"), (*xp, "chunks"))
     response_headers = _headers(response.get("headers"), (*rs, "headers"))
     if chunks is None:  # the content is decoded: its encoding header no longer applies
@@ -210,32 +278,36 @@ def _parts(entry: Any, routes: Mapping[str, str], path: Where) -> Parts:
         )
     post = optional(request, "postData", dict, rq) or {}
     timings = optional(entry, "timings", dict, path) or {}
-    try:
-        origin = Origin(extras.get("origin", Origin.LIVE))
-    except ValueError as error:
-        raise Invalid((*xp, "origin"), str(error)) from None
     raw = optional(extras, "raw", dict, xp) or {}
+    route = optional(extras, "route", str, xp)
+    status = optional(response, "status", int, rs)
+    checks.count(optional(extras, "step", int, xp), (*xp, "step"))  # a reading aid
     parts = Parts(
-        method=need(request, "method", str, rq),
-        route=optional(extras, "route", str, xp) or route_for(url, routes),
+        method=checks.method(need(request, "method", str, rq), (*rq, "method")),
+        route=checks.route(
+            route or route_for(url, routes), (*xp, "route") if route else (*rq, "url")
+        ),
         upstream=None if url.startswith(NO_UPSTREAM) else url,
         request_headers=tuple(
             (k, v)
             for k, v in _headers(request.get("headers"), (*rq, "headers"))
             if k.lower() != "content-encoding"
         ),
-        request_body=str(post.get("text") or "").encode("utf-8"),
-        status=optional(response, "status", int, rs),
+        request_body=(optional(post, "text", str, (*rq, "postData")) or "").encode("utf-8"),
+        # HAR's 0: no response
+        status=checks.status(status or None, (*rs, "status")),
         response_headers=response_headers,
         response_body=_content_bytes(optional(response, "content", dict, rs) or {}, rs),
         chunks=chunks,
-        complete=bool(extras.get("complete", True)),
+        complete=optional(extras, "complete", bool, xp) is not False,
         error=optional(extras, "error", str, xp),
         note=optional(extras, "note", str, xp),
-        origin=origin,
-        started_at=_timestamp(entry.get("startedDateTime")),
-        ttfb_ms=optional(timings, "wait", (int, float), (*path, "timings")),
-        duration_ms=optional(entry, "time", (int, float), path),
+        origin=choice(Origin, extras, "origin", Origin.LIVE, xp),
+        started_at=_timestamp(
+            optional(entry, "startedDateTime", str, path), (*path, "startedDateTime")
+        ),
+        ttfb_ms=_millis(timings, "wait", (*path, "timings")),
+        duration_ms=_millis(entry, "time", path),
     )
     request, response = (
         optional(raw, side, dict, (*xp, "raw")) for side in ("request", "response")
@@ -249,6 +321,11 @@ def _parts(entry: Any, routes: Mapping[str, str], path: Where) -> Parts:
     return parts
 
 
+def _millis(container: dict[str, Any], key: str, path: Where) -> float | None:
+    """A HAR time in ms; its -1, "not applicable", is None."""
+    return None if container.get(key) == -1 else millis(container, key, path)
+
+
 def _raw(kept: dict[str, Any], path: Where) -> tuple[Headers, bytes]:
     """The headers and body bytes kept beside a side's decoded text."""
     pairs = []
@@ -259,9 +336,10 @@ def _raw(kept: dict[str, Any], path: Where) -> tuple[Headers, bytes]:
             raise Invalid((*path, "headers", index), "a header should be [name, value]")
         pairs.append((pair[0], pair[1]))
     try:
-        return tuple(pairs), base64.b64decode(need(kept, "body", str, path), validate=True)
+        body = base64.b64decode(need(kept, "body", str, path), validate=True)
     except ValueError:
         raise Invalid((*path, "body"), "invalid base64") from None
+    return checks.headers(pairs, (*path, "headers")), body
 
 
 def _headers(value: Any, path: Where) -> Headers:
@@ -276,17 +354,17 @@ def _headers(value: Any, path: Where) -> Headers:
         # HTTP/2 captures list pseudo-headers (`:authority`); they are not headers to replay.
         if not name.startswith(":"):
             pairs.append((name, text))
-    return tuple(pairs)
+    return checks.headers(pairs, path)
 
 
 def _content_bytes(content: dict[str, Any], path: Where) -> bytes:
-    text = content.get("text") or ""
-    if content.get("encoding") == "base64":
+    text = optional(content, "text", str, (*path, "content")) or ""
+    if optional(content, "encoding", str, (*path, "content")) == "base64":
         try:
             return base64.b64decode(text, validate=True)
         except ValueError:
-            raise Invalid((*path, "content"), "invalid base64 in `text`") from None
-    return str(text).encode("utf-8")
+            raise Invalid((*path, "content", "text"), "invalid base64 in `text`") from None
+    return text.encode("utf-8")
 
 
 def _started(timestamp: float) -> str:
@@ -297,8 +375,12 @@ def _started(timestamp: float) -> str:
         return datetime.fromtimestamp(0, UTC).isoformat()
 
 
-def _timestamp(value: Any) -> float:
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
+def _timestamp(value: str | None, path: Where) -> float:
+    """HAR's ISO date as seconds since the epoch (none given: 0)."""
+    if value is None:
         return 0.0
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise Invalid(path, f"{checks.shown(value)} is not an ISO date") from None
+    return checks.timestamp(moment, path) or 0.0

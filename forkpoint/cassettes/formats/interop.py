@@ -1,21 +1,26 @@
-"""What the file formats share: runs as plain values, URIs and routes, readable bodies, and
-one way to build an exchange from a file's parts.
+"""What the file formats share: runs as plain values, URIs and routes, readable bodies, one way
+to build an exchange from a file's parts, and reading a file one exchange at a time.
 
-Every format module (text, jsonl, har) reads its own envelope and hands the parts to
-`build_exchange`, which redacts credentials again (a foreign file may hold them), recomputes
-the fingerprint and the summary from the bodies (so a hand edit is what gets matched), and cuts
-a stream into its chunks.
+Every format module (text, jsonl, har) reads its own envelope and hands the parts, each value
+checked (`checks`), to `build_exchange`, which redacts credentials again (a foreign file may
+hold them), recomputes the fingerprint and the summary from the bodies (so a hand edit is what
+gets matched), and cuts a stream into its chunks. A format reads a file in two steps, so an
+import holds one exchange at a time whatever the file's size: `read_run` (the run's own
+fields, its format version checked) and then `read_exchanges`, one at a time in step order.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
+from forkpoint.cassettes.formats import checks
+from forkpoint.cassettes.formats.checks import Invalid, Where
 from forkpoint.engine import matching
 from forkpoint.engine.dialects import summarize_exchange
 from forkpoint.engine.encoding import UndecodableBody, decode_body, header
@@ -28,30 +33,62 @@ from forkpoint.models import Chunk, Exchange, Headers, Mode, Origin, Run, RunSta
 NO_UPSTREAM = "http://forkpoint.invalid"
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
-Where = tuple[str | int, ...]  # where in a document a value sits: ("interactions", 3, "request")
+
+class NotThisFormat(CassetteError):
+    """A file whose shape is not the format it was read as (a JSON file that is no HAR): the
+    caller says which format it tried and why."""
+
+
+class Format(Protocol):
+    """A file format's reader, as `loads` and `transfer.import_file` use it."""
+
+    def read_run(self, file: IO[bytes], *, source: str) -> Run:
+        """The file's run, its version checked, without building its exchanges."""
+        ...
+
+    def read_exchanges(
+        self, file: IO[bytes], run_id: str, *, source: str, routes: Mapping[str, str]
+    ) -> Iterator[Exchange]:
+        """Its exchanges for the run `run_id`, one at a time, in step order; each checked, so a
+        bad one raises CassetteError naming the file, the exchange and the field."""
+        ...
+
+
+def loads(
+    read_run: Callable[..., Run], read_exchanges: Callable[..., Iterator[Exchange]], text: str,
+    *, source: str, routes: Mapping[str, str] | None,
+) -> tuple[Run, list[Exchange]]:  # fmt: skip
+    """The run in `text` and all its exchanges, by a format's two readers (a file read whole:
+    a test's cassette)."""
+    data = text.encode("utf-8")
+    run = read_run(io.BytesIO(data), source=source)
+    exchanges = read_exchanges(io.BytesIO(data), run.id, source=source, routes=routes or {})
+    return run, list(exchanges)
+
+
+def field(path: Where, container: int = 0) -> str:
+    """Where a value sits, as a message names it: `response.status.code` for a path below
+    the exchange's, which is the first `container` keys of `path`."""
+    return ".".join(str(key) for key in path[container:])
 
 
 def held_whole(exchanges: Sequence[Exchange], fmt: str) -> Sequence[Exchange]:
     """`exchanges`, checked whole: a file holds every body in one document, in memory, so a
     body too large to hold (in pieces in its store) is refused, never cut short."""
     for e in exchanges:
-        if e.pieces:
+        if e.pieces or e.request_pieces:
+            which, size, held = (
+                ("response", e.body_size, e.response_body) if e.pieces
+                else ("request", e.request_size, e.request_body)
+            )  # fmt: skip
             raise CassetteError(
-                f"run {e.run_id} step {e.step} has a response body of {e.body_size} bytes, "
-                f"{e.body_size - len(e.response_body)} of them in pieces: a {fmt} file holds "
+                f"run {e.run_id} step {e.step} has a {which} body of {size} bytes, "
+                f"{size - len(held)} of them in pieces: a {fmt} file holds "
                 "bodies whole, too large a one is not exported (move the run between stores "
                 "with `forkpoint copy`)",
                 run_id=e.run_id, step=e.step,
             )  # fmt: skip
     return exchanges
-
-
-class Invalid(ValueError):
-    """A value in a cassette file that cannot be read; `path` says where it sits."""
-
-    def __init__(self, path: Where, message: str):
-        super().__init__(message)
-        self.path = path
 
 
 def need(container: Any, key: str | int, kind: type | tuple[type, ...], path: Where) -> Any:
@@ -68,10 +105,10 @@ def need(container: Any, key: str | int, kind: type | tuple[type, ...], path: Wh
     return value
 
 
-def optional(
-    container: Mapping[str, Any], key: str, kind: type | tuple[type, ...], path: Where
-) -> Any:
+def optional(container: Any, key: str, kind: type | tuple[type, ...], path: Where) -> Any:
     """Like `need`, but an absent or null value is None."""
+    if not isinstance(container, Mapping):
+        raise Invalid(path, f"should be a mapping, not {type(container).__name__}")
     return None if container.get(key) is None else need(container, key, kind, path)
 
 
@@ -98,24 +135,46 @@ def run_from_json(data: Mapping[str, Any] | None, path: Where, *, default_name: 
     """A run from `run_to_json`'s shape; a file without one (vcrpy's) gets a finished run."""
     if data is None:
         return Run(id=new_run_id(), name=default_name, status=RunStatus.FINISHED)
-    try:
-        status, mode = RunStatus(data.get("status", "finished")), Mode(data.get("mode", "record"))
-    except ValueError as error:
-        raise Invalid(path, str(error)) from None
     labels = optional(data, "labels", dict, path) or {}
+    for key, value in labels.items():
+        if not isinstance(value, str | int | float | bool):
+            raise Invalid((*path, "labels", key), "a label's value should be text")
+    change = optional(data, "change", dict, path)
     return Run(
         id=optional(data, "id", str, path) or new_run_id(),
         name=optional(data, "name", str, path) or default_name,
         labels={str(k): str(v) for k, v in labels.items()},
-        status=status,
-        mode=mode,
+        status=choice(RunStatus, data, "status", RunStatus.FINISHED, path),
+        mode=choice(Mode, data, "mode", Mode.RECORD, path),
         parent_id=optional(data, "parent_id", str, path),
-        fork_step=optional(data, "fork_step", int, path),
-        change=optional(data, "change", dict, path),
-        created_at=optional(data, "created_at", (int, float), path) or time.time(),
-        ended_at=optional(data, "ended_at", (int, float), path),
+        fork_step=checks.count(optional(data, "fork_step", int, path), (*path, "fork_step")),
+        change=None if change is None else checks.json_value(change, (*path, "change")),
+        created_at=seconds(data, "created_at", path) or time.time(),
+        ended_at=seconds(data, "ended_at", path),
         error=optional(data, "error", str, path),
     )
+
+
+def choice[E: (RunStatus, Mode, Origin)](
+    kind: type[E], data: Mapping[str, Any], key: str, default: E, path: Where
+) -> E:
+    """`data[key]` as one of the values of the str Enum `kind`, `default` when absent."""
+    value = optional(data, key, str, path)
+    try:
+        return default if value is None else kind(value)
+    except ValueError:
+        known = ", ".join(member.value for member in kind)
+        raise Invalid((*path, key), f"{value!r} is not one of {known}") from None
+
+
+def seconds(data: Mapping[str, Any], key: str, path: Where) -> float | None:
+    """`data[key]`, a moment in seconds since the epoch, or None."""
+    return checks.timestamp(optional(data, key, (int, float), path), (*path, key))
+
+
+def millis(data: Mapping[str, Any], key: str, path: Where) -> float | None:
+    """`data[key]`, a duration in milliseconds, or None."""
+    return checks.millis(optional(data, key, (int, float), path), (*path, key))
 
 
 # where an exchange went
@@ -186,7 +245,8 @@ def is_event_stream(headers: Headers) -> bool:
 
 
 def chunk_sizes(value: Any, path: Where) -> list[tuple[float, int]] | None:
-    """A stream's `[[offset ms, size in bytes], …]`, checked."""
+    """A stream's `[[offset ms, size in bytes], …]`, checked: offsets finite and not
+    negative, sizes whole and not negative (that they add up to the body is checked with it)."""
     if value is None:
         return None
     if not isinstance(value, list):
@@ -198,11 +258,13 @@ def chunk_sizes(value: Any, path: Where) -> list[tuple[float, int]] | None:
             and len(pair) == 2
             and isinstance(pair[0], int | float)
             and isinstance(pair[1], int)
-            and pair[1] >= 0
+            and not isinstance(pair[0], bool)
+            and not isinstance(pair[1], bool)
         ):
-            message = f"a chunk should be [offset ms, size in bytes], not {pair!r}"
+            message = f"a chunk should be [offset ms, size in bytes], not {checks.shown(pair)}"
             raise Invalid((*path, index), message)
-        sizes.append((float(pair[0]), pair[1]))
+        offset = checks.millis(pair[0], (*path, index, 0))
+        sizes.append((float(offset or 0.0), checks.count(pair[1], (*path, index, 1)) or 0))
     return sizes
 
 
@@ -229,6 +291,7 @@ class Parts:
     started_at: float = 0.0
     ttfb_ms: float | None = None
     duration_ms: float | None = None
+    asked_body: bytes | None = None  # where a fork's change rewrote what went upstream
 
 
 def build_exchange(run_id: str, step: int, parts: Parts, path: Where) -> Exchange:
@@ -242,6 +305,7 @@ def build_exchange(run_id: str, step: int, parts: Parts, path: Where) -> Exchang
         response_headers = fit_length(response_headers, response_body)
     request_headers = REDACTION.headers(parts.request_headers)
     request_body = REDACTION.body(parts.request_body, request_headers)
+    asked = None if parts.asked_body is None else REDACTION.body(parts.asked_body, request_headers)
     exchange = Exchange(
         run_id=run_id,
         step=step,
@@ -250,7 +314,8 @@ def build_exchange(run_id: str, step: int, parts: Parts, path: Where) -> Exchang
         request_headers=request_headers,
         request_body=request_body,
         fingerprint=matching.fingerprint(
-            parts.method, route, request_body, request_headers, masked=True
+            parts.method, route, request_body if asked is None else asked, request_headers,
+            masked=True,
         ),
         status=parts.status,
         response_headers=response_headers,
@@ -264,6 +329,7 @@ def build_exchange(run_id: str, step: int, parts: Parts, path: Where) -> Exchang
         started_at=parts.started_at,
         ttfb_ms=parts.ttfb_ms,
         duration_ms=parts.duration_ms,
+        asked_body=asked,
     )
     exchange.summary = summarize_exchange(exchange)
     return exchange

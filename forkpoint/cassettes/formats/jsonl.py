@@ -10,28 +10,32 @@ the wire (UTF-8 text, else base64) and a stream's chunks as `[offset ms, size in
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
+from forkpoint.cassettes.formats import checks, interop
+from forkpoint.cassettes.formats.checks import Invalid, Where
 from forkpoint.cassettes.formats.interop import (
-    Invalid,
     Parts,
-    Where,
     build_exchange,
+    choice,
     chunk_sizes,
+    field,
     held_whole,
+    millis,
     need,
     optional,
     run_from_json,
     run_to_json,
+    seconds,
 )
 from forkpoint.errors import CassetteError, SchemaVersionError
 from forkpoint.models import Exchange, Headers, Origin, Run
 
-__all__ = ["FORMAT_VERSION", "dumps", "loads"]
+__all__ = ["FORMAT_VERSION", "dumps", "loads", "read_exchanges", "read_run"]
 
 FORMAT_VERSION = 1
 
@@ -61,6 +65,7 @@ def _exchange_json(e: Exchange) -> dict[str, Any]:
         "started_at": e.started_at,
         "ttfb_ms": e.ttfb_ms,
         "duration_ms": e.duration_ms,
+        **({} if e.asked_body is None else {"asked_body": _body_json(e.asked_body)}),
     }
 
 
@@ -75,64 +80,99 @@ def loads(
     text: str, *, source: str = "<string>", routes: Mapping[str, str] | None = None
 ) -> tuple[Run, list[Exchange]]:
     """The run in a file `dumps` wrote; `routes` is unused (every line names its route)."""
-    lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not lines:
-        raise CassetteError(f"{source}: empty; a JSON lines cassette starts with its run")
-    run: Run | None = None
-    exchanges: list[Exchange] = []
-    for number, line in lines:
+    return interop.loads(read_run, read_exchanges, text, source=source, routes=routes)
+
+
+def read_run(file: IO[bytes], *, source: str) -> Run:
+    """The run on the file's first line, its format version checked."""
+    for number, line in _lines(file, source):
+        found = _parse(line, source, number, "")
         try:
-            value = orjson.loads(line)
-            if run is None:
-                run = _run(value, source, number, Path(source).stem)
-            else:
-                parts = _parts(need(value, "exchange", dict, ()), ("exchange",))
-                exchanges.append(build_exchange(run.id, len(exchanges), parts, ()))
-        except orjson.JSONDecodeError as error:
-            raise CassetteError(f"{source}, line {number}: not valid JSON ({error})") from None
+            version = need(found, "forkpoint", int, ())
+            if version > FORMAT_VERSION:
+                raise SchemaVersionError(
+                    f"{source}, line {number}: written by a newer forkpoint (JSON lines format "
+                    f"{version}; this forkpoint reads up to {FORMAT_VERSION}): upgrade forkpoint "
+                    "to read it",
+                    found=version,
+                    expected=FORMAT_VERSION,
+                )
+            return run_from_json(
+                need(found, "run", dict, ()), ("run",), default_name=Path(source).stem
+            )
         except Invalid as error:
-            where = ".".join(str(key) for key in error.path)
-            at = f" at {where}" if where else ""
-            raise CassetteError(f"{source}, line {number}{at}: {error}") from None
-    assert run is not None
-    return run, exchanges
+            raise _located(source, number, "", error) from None
+    raise CassetteError(f"{source}: empty; a JSON lines cassette starts with its run")
 
 
-def _run(value: Any, source: str, number: int, name: str) -> Run:
-    found = need(value, "forkpoint", int, ())
-    if found > FORMAT_VERSION:
-        raise SchemaVersionError(
-            f"{source}, line {number}: written by a newer forkpoint (JSON lines format {found}; "
-            f"this forkpoint reads up to {FORMAT_VERSION}): upgrade forkpoint to read it",
-            found=found,
-            expected=FORMAT_VERSION,
-        )
-    return run_from_json(need(value, "run", dict, ()), ("run",), default_name=name)
+def read_exchanges(
+    file: IO[bytes], run_id: str, *, source: str, routes: Mapping[str, str]
+) -> Iterator[Exchange]:
+    """The exchanges on the lines after the run's, one a line, one at a time."""
+    lines = _lines(file, source)
+    next(lines, None)  # the run's: read by `read_run`
+    for step, (number, line) in enumerate(lines):
+        item = f"exchange {step}"
+        value = _parse(line, source, number, item)
+        try:
+            parts = _parts(need(value, "exchange", dict, ()), ("exchange",))
+            yield build_exchange(run_id, step, parts, ())
+        except Invalid as error:
+            raise _located(source, number, item, error) from None
+
+
+def _lines(file: IO[bytes], source: str) -> Iterator[tuple[int, bytes]]:
+    """The file's lines that are not blank, numbered from 1."""
+    try:
+        for number, line in enumerate(file, 1):
+            if line.strip():
+                yield number, line
+    except OSError as error:
+        raise CassetteError(f"cannot read {source}: {error}") from None
+
+
+def _parse(line: bytes, source: str, number: int, item: str) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        at = f" {item}:" if item else ""
+        raise CassetteError(f"{source}, line {number}:{at} not valid JSON ({error})") from None
+
+
+def _located(source: str, number: int, item: str, error: Invalid) -> CassetteError:
+    """The error as a user reads it: the file, the line, the exchange and the field."""
+    where = ", ".join(part for part in (item, field(error.path, 1 if item else 0)) if part)
+    return CassetteError(
+        f"{source}, line {number}: " + (f"{where}: " if where else "") + str(error)
+    )
 
 
 def _parts(data: dict[str, Any], path: Where) -> Parts:
-    try:
-        origin = Origin(data.get("origin", Origin.LIVE))
-    except ValueError as error:
-        raise Invalid((*path, "origin"), str(error)) from None
     return Parts(
-        method=need(data, "method", str, path),
-        route=need(data, "route", str, path),
-        upstream=optional(data, "upstream", str, path),
+        method=checks.method(need(data, "method", str, path), (*path, "method")),
+        route=checks.route(need(data, "route", str, path), (*path, "route")),
+        upstream=_url(optional(data, "upstream", str, path), (*path, "upstream")),
         request_headers=_headers(data.get("request_headers"), (*path, "request_headers")),
         request_body=_body(data.get("request_body"), (*path, "request_body")),
-        status=optional(data, "status", int, path),
+        status=checks.status(optional(data, "status", int, path), (*path, "status")),
         response_headers=_headers(data.get("response_headers"), (*path, "response_headers")),
         response_body=_body(data.get("response_body"), (*path, "response_body")),
         chunks=chunk_sizes(data.get("chunks"), (*path, "chunks")),
-        complete=bool(data.get("complete", True)),
+        complete=optional(data, "complete", bool, path) is not False,
         error=optional(data, "error", str, path),
         note=optional(data, "note", str, path),
-        origin=origin,
-        started_at=optional(data, "started_at", (int, float), path) or 0.0,
-        ttfb_ms=optional(data, "ttfb_ms", (int, float), path),
-        duration_ms=optional(data, "duration_ms", (int, float), path),
+        origin=choice(Origin, data, "origin", Origin.LIVE, path),
+        started_at=seconds(data, "started_at", path) or 0.0,
+        ttfb_ms=millis(data, "ttfb_ms", path),
+        duration_ms=millis(data, "duration_ms", path),
+        asked_body=None if "asked_body" not in data else _body(
+            data["asked_body"], (*path, "asked_body")
+        ),
     )
+
+
+def _url(value: str | None, path: Where) -> str | None:
+    return None if value is None else checks.url(value, path)
 
 
 def _headers(value: Any, path: Where) -> Headers:
@@ -142,7 +182,7 @@ def _headers(value: Any, path: Where) -> Headers:
         isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in value
     ):
         raise Invalid(path, "headers should be a list of [name, value]")
-    return tuple((name, text) for name, text in value)
+    return checks.headers(((name, text) for name, text in value), path)
 
 
 def _body(value: Any, path: Where) -> bytes:

@@ -18,44 +18,47 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
-from forkpoint.cassettes.formats import json_forms
+from forkpoint.cassettes.formats import checks, interop, json_forms
+from forkpoint.cassettes.formats.checks import Invalid, Where
 from forkpoint.cassettes.formats.interop import (
     NO_UPSTREAM,
-    Invalid,
     Parts,
-    Where,
     as_bytes,
     build_exchange,
+    choice,
     chunk_sizes,
+    field,
     held_whole,
+    millis,
     need,
     optional,
     route_for,
     run_from_json,
     run_to_json,
+    seconds,
     text_or_bytes,
     uri_for,
 )
+from forkpoint.cassettes.formats.yaml_values import INTERACTIONS, Document, Entry
 from forkpoint.engine.redaction import REDACTED
 from forkpoint.errors import CassetteError, SchemaVersionError
 from forkpoint.models import Exchange, Headers, Origin, Run
 
-__all__ = ["FORMAT_VERSION", "dumps", "loads", "read", "write"]
+__all__ = ["FORMAT_VERSION", "dumps", "loads", "read", "read_exchanges", "read_run", "write"]
 
 FORMAT_VERSION = 1  # forkpoint's extras; bumped when an older forkpoint would misread a file
 VCR_VERSION = 1  # vcrpy's envelope
 ONE_LINE = 100  # bytes: a body this short is shown as it is, never indented
 
-# libyaml when PyYAML has it: parsing a 100-exchange cassette is then a few milliseconds.
+# libyaml when PyYAML has it.
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Dumper(_BaseDumper):  # type: ignore[misc, valid-type]
@@ -231,29 +234,97 @@ def loads(
     `routes` (prefix → base URL) gives a vcrpy file's requests the routes an agent would use
     through the gateway, e.g. `{"anthropic": "https://api.anthropic.com"}`.
     """
+    return interop.loads(read_run, read_exchanges, text, source=source, routes=routes)
+
+
+def read_run(file: IO[bytes], *, source: str) -> Run:
+    """The file's run (forkpoint's `forkpoint.run`, else a finished run named after the file),
+    its versions checked; the interactions are passed over, never built."""
+    document = Document(file, source)
+    for entry in _read(document, interactions=False):
+        found = _meta(document, entry, Path(source).stem)
+        if found is not None:
+            return found
+    return run_from_json(None, (), default_name=Path(source).stem)
+
+
+def read_exchanges(
+    file: IO[bytes], run_id: str, *, source: str, routes: Mapping[str, str]
+) -> Iterator[Exchange]:
+    """The file's interactions as exchanges of the run `run_id`, one at a time; each one's
+    position is its step (the `step` written beside it is a reading aid), so deleting one by
+    hand leaves no gap."""
+    document = Document(file, source)
+    for entry in _read(document, interactions=True):
+        if entry.path[0] != INTERACTIONS:
+            _meta(document, entry, Path(source).stem)
+            continue
+        step = int(entry.path[1])
+        try:
+            yield _exchange(run_id, step, entry.value, routes, entry.path)
+        except Invalid as error:
+            raise _located(document, entry, error) from None
+
+
+def _read(document: Document, *, interactions: bool) -> Iterator[Entry]:
+    """The document's entries; a value that does not build is an error naming its line."""
+    entries = document.entries(interactions=interactions)
+    while True:
+        try:
+            entry = next(entries, None)
+        except Invalid as error:
+            raise _located(document, None, error) from None
+        if entry is None:
+            return
+        yield entry
+
+
+def _meta(document: Document, entry: Entry, name: str) -> Run | None:
+    """A top-level entry other than `interactions`: the versions are checked as they come,
+    and `forkpoint`'s run is read."""
+    key, value = entry.path[0], entry.value
     try:
-        document = _parsed(text, source)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line = f", line {mark.line + 1}" if mark is not None else ""
-        raise CassetteError(
-            f"{source}{line}: not valid YAML ({error.problem or error.context}); "
-            "fix the file or re-record it"
-        ) from None
-    except yaml.YAMLError as error:
-        what = " ".join(str(error).split())  # PyYAML's reader errors span lines
-        raise CassetteError(f"{source}: not valid YAML ({what})") from None
-    try:
-        _check_versions(document)
-        return _read(document, Path(source).stem, routes or {})
+        if key == "version":
+            vcr = optional({"version": value}, "version", int, ()) or VCR_VERSION
+            if vcr != VCR_VERSION:
+                raise _TooNew(
+                    ("version",), f"vcrpy cassette format {vcr}; forkpoint reads format "
+                    f"{VCR_VERSION}", found=vcr, expected=VCR_VERSION,
+                )  # fmt: skip
+        if key != "forkpoint":
+            return None
+        meta = optional({"forkpoint": value}, "forkpoint", dict, ()) or {}
+        found = optional(meta, "format_version", int, ("forkpoint",)) or FORMAT_VERSION
+        if found > FORMAT_VERSION:
+            raise _TooNew(
+                ("forkpoint", "format_version"),
+                f"written by a newer forkpoint (text cassette format {found}; this forkpoint "
+                f"reads up to {FORMAT_VERSION}): upgrade forkpoint to read it",
+                found=found,
+                expected=FORMAT_VERSION,
+            )
+        return run_from_json(
+            optional(meta, "run", dict, ("forkpoint",)), ("forkpoint", "run"), default_name=name
+        )
     except _TooNew as error:
         raise SchemaVersionError(
-            f"{source}, line {_line(text, error.path)}: {error}",
+            f"{document.source}, line {document.line(error.path, entry.line)}: {error}",
             found=error.found,
             expected=error.expected,
         ) from None
     except Invalid as error:
-        raise CassetteError(f"{source}, line {_line(text, error.path)}: {error}") from None
+        raise _located(document, entry, error) from None
+
+
+def _located(document: Document, entry: Entry | None, error: Invalid) -> CassetteError:
+    """The error as a user reads it: the file, the line, the interaction and the field."""
+    path = error.path
+    line = error.line or document.line(path, entry.line if entry else 1)
+    item = f"interaction {path[1]}" if path[:1] == (INTERACTIONS,) and len(path) > 1 else ""
+    where = ", ".join(part for part in (item, field(path, 2 if item else 0)) if part)
+    return CassetteError(
+        f"{document.source}, line {line}: " + (f"{where}: " if where else "") + str(error)
+    )
 
 
 class _TooNew(Invalid):
@@ -262,78 +333,42 @@ class _TooNew(Invalid):
         self.found, self.expected = found, expected
 
 
-def _check_versions(document: Any) -> None:
-    if not isinstance(document, dict) or not isinstance(document.get("interactions"), list):
-        raise Invalid((), "not a cassette: it has no `interactions` list")
-    meta = optional(document, "forkpoint", dict, ()) or {}
-    found = optional(meta, "format_version", int, ("forkpoint",)) or FORMAT_VERSION
-    if found > FORMAT_VERSION:
-        raise _TooNew(
-            ("forkpoint", "format_version"),
-            f"written by a newer forkpoint (text cassette format {found}; this forkpoint reads "
-            f"up to {FORMAT_VERSION}): upgrade forkpoint to read it",
-            found=found,
-            expected=FORMAT_VERSION,
-        )
-    vcr = optional(document, "version", int, ()) or VCR_VERSION
-    if vcr != VCR_VERSION:
-        raise _TooNew(
-            ("version",),
-            f"vcrpy cassette format {vcr}; forkpoint reads format {VCR_VERSION}",
-            found=vcr,
-            expected=VCR_VERSION,
-        )
-
-
-def _read(
-    document: dict[str, Any], name: str, routes: Mapping[str, str]
-) -> tuple[Run, list[Exchange]]:
-    meta = document.get("forkpoint") or {}
-    run = run_from_json(
-        optional(meta, "run", dict, ("forkpoint",)), ("forkpoint", "run"), default_name=name
-    )
-    interactions = document["interactions"]
-    exchanges = [
-        _exchange(run.id, step, item, routes, ("interactions", step))
-        for step, item in enumerate(interactions)
-    ]
-    return run, exchanges
-
-
 def _exchange(
     run_id: str, step: int, item: Any, routes: Mapping[str, str], path: Where
 ) -> Exchange:
-    """One interaction; its position is its step (the `step` written beside it is a reading
-    aid), so deleting one by hand leaves no gap."""
+    """One interaction, every value checked."""
     request = need(item, "request", dict, path)
     response = need(item, "response", dict, path)
     extras = optional(item, "forkpoint", dict, path) or {}
     rq, rs, xp = (*path, "request"), (*path, "response"), (*path, "forkpoint")
-    uri = need(request, "uri", str, rq)
+    uri = checks.url(need(request, "uri", str, rq), (*rq, "uri"))
     status = need(response, "status", dict, rs)
     body = optional(response, "body", dict, rs) or {}
-    try:
-        origin = Origin(extras.get("origin", Origin.LIVE))
-    except ValueError as error:
-        raise Invalid((*xp, "origin"), str(error)) from None
+    checks.count(optional(extras, "step", int, xp), (*xp, "step"))  # a reading aid
+    route = optional(extras, "route", str, xp)
     parts = Parts(
-        method=need(request, "method", str, rq),
+        method=checks.method(need(request, "method", str, rq), (*rq, "method")),
         # forkpoint leaves out a route that is the uri's path; another tool's file has none
-        route=optional(extras, "route", str, xp) or route_for(uri, {} if extras else routes),
+        route=checks.route(
+            route or route_for(uri, {} if extras else routes),
+            (*xp, "route") if route else (*rq, "uri"),
+        ),
         upstream=None if uri.startswith(NO_UPSTREAM) else uri,
         request_headers=_headers(request.get("headers"), (*rq, "headers")),
         request_body=_body(request.get("body"), extras, "request_json", (*rq, "body")),
-        status=optional(status, "code", int, (*rs, "status")),
+        status=checks.status(
+            optional(status, "code", int, (*rs, "status")), (*rs, "status", "code")
+        ),
         response_headers=_headers(response.get("headers"), (*rs, "headers")),
-        response_body=_body(body.get("string"), extras, "response_json", (*rs, "body")),
+        response_body=_body(body.get("string"), extras, "response_json", (*rs, "body", "string")),
         chunks=chunk_sizes(extras.get("chunks"), (*xp, "chunks")),
-        complete=bool(extras.get("complete", True)),
+        complete=optional(extras, "complete", bool, xp) is not False,
         error=optional(extras, "error", str, xp),
         note=optional(extras, "note", str, xp),
-        origin=origin,
-        started_at=optional(extras, "started_at", (int, float), xp) or 0.0,
-        ttfb_ms=optional(extras, "ttfb_ms", (int, float), xp),
-        duration_ms=optional(extras, "duration_ms", (int, float), xp),
+        origin=choice(Origin, extras, "origin", Origin.LIVE, xp),
+        started_at=seconds(extras, "started_at", xp) or 0.0,
+        ttfb_ms=millis(extras, "ttfb_ms", xp),
+        duration_ms=millis(extras, "duration_ms", xp),
     )
     return build_exchange(run_id, step, parts, path)
 
@@ -345,7 +380,7 @@ def _body(value: Any, extras: dict[str, Any], key: str, path: Where) -> bytes:
         return as_bytes(value, path)
     try:
         return json_forms.restore(value, str(form))
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:
         raise Invalid(path, f"a body marked {key}={form!r} must be JSON: {error}") from None
 
 
@@ -358,115 +393,9 @@ def _headers(value: Any, path: Where) -> Headers:
     pairs: list[tuple[str, str]] = []
     for name, values in value.items():
         for item in values if isinstance(values, list) else [values]:
+            if not isinstance(item, str | int) or isinstance(item, bool):
+                raise Invalid(
+                    (*path, str(name)), f"a header's value should be text, not {checks.shown(item)}"
+                )
             pairs.append((str(name), str(item)))
-    return tuple(pairs)
-
-
-def _parsed(text: str, source: str) -> Any:
-    """The document in `text`, as `yaml.safe_load` gives it, parsed once: the C loader composes
-    the nodes and `_Converter` builds the values, in a third of the time the alias pre-pass and
-    PyYAML's constructor (a generator per mapping, a dispatch per node) took. A document it
-    leaves, or fails on, goes the old way (the pre-pass, then PyYAML's constructor on the same
-    nodes), so its value or its error is the one it always was."""
-    loader = _Loader(text)
-    try:
-        try:
-            node = loader.get_single_node()
-        except yaml.YAMLError:
-            _refuse_aliases(text, source)  # an alias ahead of the broken part is the error
-            raise
-        if node is None:
-            return None
-        try:
-            return _Converter(loader).value(node)
-        except Exception:
-            # an alias, a merge key, a bad date, nesting too deep for a recursive walk: PyYAML's
-            # answer, value or error, is the one the file always had
-            _refuse_aliases(text, source)
-            return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
-# SafeConstructor's own function for each scalar tag that is not a string: the values are
-# safe_load's (YAML 1.1: `0x1A`, `1_000`, `yes`, `~`, dates, `!!binary`…). A tag not here
-# (`=`, a local `!tag`, a collection's tag on a scalar) leaves the document to PyYAML.
-_SCALARS = {
-    f"tag:yaml.org,2002:{name}": _Loader.yaml_constructors[f"tag:yaml.org,2002:{name}"]
-    for name in ("null", "bool", "int", "float", "binary", "timestamp")
-}
-
-
-class _LeftToPyYAML(Exception):
-    """A document `_Converter` does not build: an alias, a merge key, a tag it does not know."""
-
-
-class _Converter:
-    """Nodes to values: strings, dicts and lists here, other scalars by SafeConstructor. The
-    composer shares an aliased node rather than copying it, so a node reached twice is an alias:
-    the walk stops there, before an alias bomb can expand."""
-
-    def __init__(self, loader: Any):
-        self.loader = loader
-        self.seen: set[yaml.Node] = set()
-
-    def value(self, node: yaml.Node) -> Any:
-        if node in self.seen:
-            raise _LeftToPyYAML("an alias")
-        self.seen.add(node)
-        kind, tag = type(node), node.tag
-        if kind is yaml.ScalarNode:
-            if tag == _STR:
-                return node.value
-            if tag in _SCALARS:
-                return _SCALARS[tag](self.loader, node)
-        elif kind is yaml.MappingNode and tag == _MAP:
-            return self.mapping(node)
-        elif kind is yaml.SequenceNode and tag == _SEQ:
-            return [self.value(item) for item in node.value]
-        raise _LeftToPyYAML(f"a {kind.__name__} tagged {tag}")  # a `<<` key, !!set, !!omap…
-
-    def mapping(self, node: yaml.MappingNode) -> dict[Any, Any]:
-        """As SafeConstructor builds one without merge keys: the last of a duplicate key wins."""
-        result: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = self.value(key_node)
-            result[key] = self.value(value_node)
-        return result
-
-
-def _refuse_aliases(text: str, source: str) -> None:
-    """Refuse YAML aliases (`*name`): a few hundred bytes of them expand to gigabytes (an
-    alias bomb) in whatever walks the document; no cassette needs them."""
-    if "*" not in text:
-        return
-    for event in yaml.parse(text, Loader=_Loader):
-        if isinstance(event, yaml.AliasEvent):
-            raise CassetteError(
-                f"{source}, line {event.start_mark.line + 1}: a YAML alias (*{event.anchor}) "
-                "is not read in a cassette (aliases can expand without bound); write the value out"
-            )
-
-
-def _line(text: str, path: Where) -> int:
-    """The 1-based line of the value at `path`, or of its nearest enclosing value that exists."""
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-    except yaml.YAMLError:
-        return 1
-    if node is None:
-        return 1
-    line = node.start_mark.line
-    for key in path:
-        if isinstance(node, yaml.MappingNode):
-            found = next(((k, v) for k, v in node.value if k.value == key), None)
-            if found is None:
-                break
-            line, node = found[0].start_mark.line, found[1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-            line = node.start_mark.line
-        else:
-            break
-    return line + 1
+    return checks.headers(pairs, path)

@@ -1,13 +1,9 @@
 """The PostgreSQL store (the optional extra `postgres`: psycopg 3 and psycopg_pool)."""
 
-try:
-    import psycopg  # noqa: F401
-    import psycopg_pool  # noqa: F401
-except ImportError as missing:  # pragma: no cover - depends on the install
-    raise ImportError(
-        f"the PostgreSQL store needs {missing.name}: pip install 'forkpoint[postgres]'"
-    ) from missing
+from forkpoint.importing import require_extra
 
-from forkpoint.cassettes.postgres.store import PostgresStore
+require_extra("postgres", "the PostgreSQL store (postgresql://…)")
+
+from forkpoint.cassettes.postgres.store import PostgresStore  # noqa: E402 (after the check)
 
 __all__ = ["PostgresStore"]

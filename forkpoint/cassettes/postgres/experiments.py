@@ -7,9 +7,9 @@ import psycopg
 from psycopg import errors
 
 from forkpoint.cassettes.postgres.connection import Database
-from forkpoint.cassettes.rows import damaged, dump_json
+from forkpoint.cassettes.rows import EXPERIMENT_COUNTS, damaged, dump_json
 from forkpoint.cassettes.store import StoredBranch, StoredExperiment
-from forkpoint.errors import ConfigError
+from forkpoint.errors import AlreadyRecorded, ConfigError
 
 
 class PostgresExperiments:
@@ -43,9 +43,13 @@ class PostgresExperiments:
                 raise ConfigError(f"no experiment {name!r}, or no run {source_id} / "
                                   f"{branch_id}, in {self.label}") from None  # fmt: skip
             except errors.UniqueViolation:
-                raise ConfigError(f"experiment {name!r} already has branch {seq}") from None
+                raise AlreadyRecorded(f"experiment {name!r} already has branch {seq}") from None
 
         self._db.run(work, write=True)
+
+    def experiment_counts(self, name: str) -> tuple[int, int]:
+        row = self._db.run(lambda conn: conn.execute(EXPERIMENT_COUNTS, (name,)).fetchone())
+        return (int(row[0]), int(row[1] or 0)) if row else (0, 0)
 
     def finish_experiment(self, name: str, *, ended_at: float) -> None:
         changed = self._db.run(

@@ -1,45 +1,53 @@
 """The PostgreSQL store's `RunStore`: the SQLite cassette's tables and rows (see
-`cassettes.sqlite.runs`), in a database many proxies share. Bodies are packed as in SQLite
-(`manifests.Packer`), so both stores hold the same blobs and manifests; `allocate_step` takes
+`cassettes.sqlite.runs`), in a database many proxies share. Bodies are cut and packed as in
+SQLite (`manifests.Packer`), into the same segments, but each blob compressed on its own and
+named by its hash in `blobs`, as the SQLite cassette did before its schema 12; `number` takes
 a row lock on the run, so replicas serving one run take its steps one after another."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import psycopg
 from psycopg import errors
 
-from forkpoint.cassettes.manifests import BlobRow, Packer
+from forkpoint.cassettes.blobs import decompress
+from forkpoint.cassettes.manifests import BlobRow, Fetch, Key, Packer, StoredBlob
 from forkpoint.cassettes.postgres.connection import Database
 from forkpoint.cassettes.rows import (
     EXCHANGE_COLUMNS,
     RUN_COLUMNS,
     SNAPSHOT_COLUMNS,
-    Fetch,
+    dump_json,
     exchange_rows,
     exchange_select,
     exchanges_from_rows,
     like_prefix,
+    named,
     piece_bytes,
     piece_rows,
     readable,
     response_key,
     run_from_row,
+    run_select,
     run_values,
     snapshot_values,
     snapshots_from_rows,
 )
 from forkpoint.errors import AlreadyRecorded, CassetteError, RunNotFound
-from forkpoint.models import Blob, Exchange, Piece, Run, RunStatus, Snapshot
+from forkpoint.models import Blob, Ending, Exchange, Piece, Run, RunStatus, Snapshot
 
 _RUNS = ", ".join(RUN_COLUMNS)
 _EXCHANGES = ", ".join(EXCHANGE_COLUMNS)
 _SNAPSHOTS = ", ".join(SNAPSHOT_COLUMNS)
 _BLOB = "INSERT INTO blobs VALUES (%s,%s,%s,%s) ON CONFLICT (hash) DO NOTHING"
-# How long a request waits for its step while the server is away (seconds): the live path.
-ALLOCATE_WAITS = 5.0
+
+
+def blob_values(rows: Iterable[BlobRow]) -> list[tuple[str, int, str, bytes]]:
+    """The `blobs` rows: each compressed on its own (a PostgreSQL store's packer makes no
+    deltas), named by its hash."""
+    return [row[:4] for row in rows]
 
 
 class PostgresRuns:
@@ -67,15 +75,15 @@ class PostgresRuns:
 
     def finish_run(
         self, run_id: str, status: RunStatus, *, error: str | None = None,
-        fork_step: int | None = None,
+        fork_step: int | None = None, owner: str | None = None,
     ) -> None:  # fmt: skip
         ended = None if status is RunStatus.RUNNING else time.time()
         changed = self._db.run(
             lambda conn: (
                 conn.execute(
                     "UPDATE runs SET status=%s, ended_at=%s, error=%s, "
-                    "fork_step=coalesce(%s, fork_step) WHERE id=%s",
-                    (status, ended, error, fork_step, run_id),
+                    "fork_step=coalesce(%s, fork_step), owner=coalesce(%s, owner) WHERE id=%s",
+                    (status, ended, error, fork_step, owner, run_id),
                 ).rowcount
             ),
             write=True,
@@ -83,24 +91,30 @@ class PostgresRuns:
         if not changed:
             raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
 
+    @property
+    def _selected(self) -> str:
+        """SELECT the run columns FROM runs: those the database's version has."""
+        return f"SELECT {run_select('postgres', self._db.version)} FROM runs"
+
     def get_run(self, run_id: str) -> Run:
-        row = self._db.run(
-            lambda conn: conn.execute(f"SELECT {_RUNS} FROM runs WHERE id=%s", (run_id,)).fetchone()
-        )
+        query = f"{self._selected} WHERE id=%s"
+        row = self._db.run(lambda conn: conn.execute(query, (run_id,)).fetchone())
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
         return run_from_row(row)
 
     def find_run(self, ref: str) -> Run:
+        selected = self._selected
+
         def work(conn: psycopg.Connection) -> list[tuple[object, ...]]:
-            rows = conn.execute(f"SELECT {_RUNS} FROM runs WHERE id=%s", (ref,)).fetchall()
+            rows = conn.execute(f"{selected} WHERE id=%s", (ref,)).fetchall()
             if not rows:
                 rows = conn.execute(
-                    f"SELECT {_RUNS} FROM runs WHERE name=%s ORDER BY id DESC LIMIT 1", (ref,)
+                    f"{selected} WHERE name=%s ORDER BY id DESC LIMIT 1", (ref,)
                 ).fetchall()
             if not rows and len(ref) >= 4:
                 rows = conn.execute(
-                    f"SELECT {_RUNS} FROM runs WHERE id ILIKE %s LIMIT 2", (like_prefix(ref),)
+                    f"{selected} WHERE id ILIKE %s LIMIT 2", (like_prefix(ref),)
                 ).fetchall()
             return rows
 
@@ -115,13 +129,19 @@ class PostgresRuns:
         self, *, newest: int | None = None, damaged: list[CassetteError] | None = None
     ) -> list[Run]:
         if newest is None:
-            rows = self._db.run(
-                lambda conn: conn.execute(f"SELECT {_RUNS} FROM runs ORDER BY id").fetchall()
-            )
+            query = f"{self._selected} ORDER BY id"
+            rows = self._db.run(lambda conn: conn.execute(query).fetchall())
         else:
-            query = f"SELECT {_RUNS} FROM runs ORDER BY id DESC LIMIT %s"
+            query = f"{self._selected} ORDER BY id DESC LIMIT %s"
             rows = self._db.run(lambda conn: conn.execute(query, (newest,)).fetchall())[::-1]
         return readable(rows, run_from_row, damaged)
+
+    def numbered(self, run_id: str) -> dict[int, int]:
+        """The tickets of the run the store has numbered, with their steps (a read)."""
+        if self._db.version < 4:  # read as it is: no run had tickets then
+            return {}
+        query = "SELECT ticket, step FROM tickets WHERE run_id=%s"
+        return dict(self._db.run(lambda conn: conn.execute(query, (run_id,)).fetchall()))
 
     def step_count(self, run_id: str) -> int:
         row = self._db.run(lambda conn: conn.execute(
@@ -138,36 +158,68 @@ class PostgresRuns:
         )
         return int(row[0]) if row else 0
 
-    def allocate_step(self, run_id: str) -> int:
-        row = self._db.run(
-            lambda conn: conn.execute(
-                "UPDATE runs SET next_step = greatest(next_step, coalesce("
-                "(SELECT max(step) + 1 FROM exchanges WHERE run_id = %s), 0)) + 1 "
-                "WHERE id = %s RETURNING next_step - 1",
+    def number(self, run_id: str, tickets: Sequence[int]) -> dict[int, int]:
+        """One transaction under the run's row lock: the steps the tickets hold, and for
+        each new one the run's counter (or the step after its highest stored one)."""
+
+        def numbered(conn: psycopg.Connection) -> dict[int, int]:
+            counter = conn.execute(
+                "SELECT greatest(next_step, coalesce((SELECT max(step) + 1 FROM exchanges "
+                "WHERE run_id = %s), 0)) FROM runs WHERE id = %s FOR UPDATE",
                 (run_id, run_id),
-            ).fetchone(),
-            write=True,
-            retry_for=ALLOCATE_WAITS,
-        )
-        if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
-        return int(row[0])
+            ).fetchone()
+            if counter is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.label}", run_id=run_id)
+            query = "SELECT ticket, step FROM tickets WHERE run_id = %s AND ticket = ANY(%s)"
+            steps: dict[int, int] = dict(conn.execute(query, (run_id, list(tickets))).fetchall())
+            new = [ticket for ticket in dict.fromkeys(tickets) if ticket not in steps]
+            if not new:
+                return steps
+            first = int(counter[0])
+            rows = [(run_id, ticket, first + index) for index, ticket in enumerate(new)]
+            with conn.cursor() as cursor:
+                cursor.executemany("INSERT INTO tickets VALUES (%s, %s, %s)", rows)
+            conn.execute("UPDATE runs SET next_step = %s WHERE id = %s",
+                         (first + len(new), run_id))  # fmt: skip
+            return {**steps, **{ticket: step for _, ticket, step in rows}}
+
+        return self._db.run(numbered, write=True)
+
+    def end_run(self, ending: Ending) -> None:
+        def ended(conn: psycopg.Connection) -> bool:
+            if conn.execute("SELECT 1 FROM runs WHERE id = %s", (ending.run_id,)).fetchone():
+                change = None if ending.change is None else dump_json(ending.change)
+                conn.execute(
+                    "UPDATE runs SET status=%s, ended_at=%s, error=%s, fork_step=coalesce(%s, "
+                    "fork_step), change=coalesce(%s, change) WHERE id=%s AND status=%s",
+                    (ending.status, ending.ended_at, ending.error, ending.fork_step, change,
+                     ending.run_id, RunStatus.RUNNING),
+                )  # fmt: skip
+                return True
+            return False
+
+        if not self._db.run(ended, write=True):
+            raise RunNotFound(f"no run {ending.run_id!r} in {self.label}", run_id=ending.run_id)
 
     # exchanges
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
-        new, rows = exchange_rows(exchanges, self._packer, self._stored)
+        try:  # a failure packing them forgets what was packed too: it is not stored
+            new, rows = exchange_rows(exchanges, self._packer, self._stored)
+        except BaseException:
+            self._packer.failed()
+            raise
 
         def work(conn: psycopg.Connection) -> None:
             with conn.cursor() as cursor:
-                cursor.executemany(_BLOB, list(new.values()))
+                cursor.executemany(_BLOB, blob_values(new.values()))
                 for values, chunks in rows:
                     run_id, step = str(values[0]), int(str(values[1]))
                     try:
                         with conn.transaction():  # a savepoint: the error names its step
                             cursor.execute(
                                 f"INSERT INTO exchanges ({_EXCHANGES}) VALUES ({_marks(values)})",
-                                values,  # type: ignore[arg-type]
+                                named(values),  # type: ignore[arg-type]
                             )
                     except errors.UniqueViolation:
                         raise AlreadyRecorded(
@@ -188,14 +240,16 @@ class PostgresRuns:
         self._packer.committed(new.values())
 
     def add_pieces(self, blobs: Iterable[Blob]) -> None:
-        rows = piece_rows(blobs, self._stored)
+        rows = blob_values(piece_rows(blobs, self._stored))
         if rows:
             self._db.run(lambda conn: conn.cursor().executemany(_BLOB, rows), write=True)
 
     def piece(self, piece: Piece) -> bytes:
         row = self._db.run(lambda conn: conn.execute(
             "SELECT codec, data FROM blobs WHERE hash=%s", (piece.digest,)).fetchone())  # fmt: skip
-        return piece_bytes(piece, row, self.label)
+        return piece_bytes(
+            piece, lambda: None if row is None else decompress(row[0], bytes(row[1])), self.label
+        )
 
     def _stored(self, digest: str) -> bool:
         row = self._db.run(lambda conn: conn.execute(
@@ -204,9 +258,10 @@ class PostgresRuns:
 
     @staticmethod
     def _fetcher(conn: psycopg.Connection) -> Fetch:
-        def fetch(hashes: list[str]) -> list[tuple[str, str, bytes]]:
+        def fetch(keys: list[Key]) -> list[StoredBlob]:
+            hashes = [k for k in keys if isinstance(k, str)]  # a number names nothing here
             return conn.execute(  # type: ignore[return-value]
-                "SELECT hash, codec, data FROM blobs WHERE hash = ANY(%s)", (hashes,)
+                "SELECT hash, codec, data, NULL, NULL FROM blobs WHERE hash = ANY(%s)", (hashes,)
             ).fetchall()
 
         return fetch
@@ -241,11 +296,11 @@ class PostgresRuns:
     def add_snapshot(self, snapshot: Snapshot) -> None:
         new: dict[str, BlobRow] = {}
         manifest = self._packer.pack(snapshot.data, snapshot.content_type, new, self._stored)
-        values = snapshot_values(snapshot, manifest)
+        values = named(snapshot_values(snapshot, manifest))
 
         def work(conn: psycopg.Connection) -> None:
             with conn.cursor() as cursor:
-                cursor.executemany(_BLOB, list(new.values()))
+                cursor.executemany(_BLOB, blob_values(new.values()))
                 try:
                     cursor.execute(
                         f"INSERT INTO snapshots ({_SNAPSHOTS}) VALUES ({_marks(values)}) "

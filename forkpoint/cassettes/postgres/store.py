@@ -1,15 +1,18 @@
-"""The PostgreSQL store: a database many proxies share (`connection`), its runs (`runs`) and
-experiments (`experiments`) behind the `Store` protocol."""
+"""The PostgreSQL store: a database many proxies share (`connection`), its runs (`runs`),
+parks (`parks`) and experiments (`experiments`) behind the `Store` protocol."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from forkpoint.cassettes.manifests import Packer
 from forkpoint.cassettes.postgres.connection import RETRY_FOR, Database
 from forkpoint.cassettes.postgres.experiments import PostgresExperiments
-from forkpoint.cassettes.postgres.runs import PostgresRuns
+from forkpoint.cassettes.postgres.parks import PostgresParks
 
 
-class PostgresStore(PostgresRuns, PostgresExperiments):
+class PostgresStore(PostgresParks, PostgresExperiments):
     """A `Store` in the PostgreSQL database at `url`, safe to share between threads and with
     other processes and hosts. The schema is the first of the connection's search_path
     (libpq's `options=-csearch_path=NAME` picks another). `read_only` never writes."""
@@ -19,10 +22,22 @@ class PostgresStore(PostgresRuns, PostgresExperiments):
         self._db = Database(url, read_only=read_only, retry_for=retry_for)
         self.label = self._db.label
         self._packer = Packer()
+        self._init_parks()
 
     @property
     def schema_version(self) -> int:
         return self._db.version
 
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Every write inside is one transaction: all of it is stored, or none (an import)."""
+        try:
+            with self._db.atomic():
+                yield
+        except BaseException:
+            self._packer = Packer()  # it took blobs written in the rollback as stored
+            raise
+
     def close(self) -> None:
+        self._close_parks()
         self._db.close()

@@ -3,23 +3,28 @@ shared by threads behind a lock.
 
 A reader opens the file read-only and never writes to it, not even its header: a cassette of
 another version is refused as it is, an older one is read as it is, and a cassette on a
-read-only filesystem can still be read. A writer creates, migrates and switches the file to
-WAL only once the version check has passed.
+read-only filesystem can still be read. A writer checks the whole file first (`check`: a page
+a reader would refuse, it refuses too, leaving the file as it is), and creates, migrates and
+switches the file to WAL only once the checks have passed.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
+from forkpoint.cassettes.sqlite.check import FileCheck
 from forkpoint.cassettes.sqlite.schema import (
     APPLICATION_ID,
+    PAGE_SIZE,
     READABLE_FROM,
     SCHEMA_VERSION,
+    has_blobs,
     migrate,
 )
 from forkpoint.errors import CassetteError, SchemaVersionError
@@ -33,6 +38,8 @@ class Connection:
         self.read_only = read_only
         self.lock = threading.RLock()
         self._closed = False
+        self._atomic = False  # inside `atomic`: writes are savepoints of its transaction
+        self._check: FileCheck | None = None  # a writer's, of a file that has pages
         if not path.exists():
             if read_only or not create:
                 raise CassetteError(
@@ -40,23 +47,30 @@ class Connection:
                 )
             path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.conn = self._connect(busy_timeout_ms)
+            if not read_only and path.exists() and path.stat().st_size > 0:
+                self._check = FileCheck(path, lambda: self._connect(busy_timeout_ms, True))
+                self._check.begin()
+                self._refuse_damaged(wait=False)
+            self.conn = self._connect(busy_timeout_ms, read_only)
             self.version = self._check_or_create()
+            self.has_blobs = has_blobs(self.conn, self.version)  # blobs written before 12
             if not read_only:
                 # WAL: readers (`forkpoint show` while recording) never block the proxy's
                 # writer, and a killed process loses at most its open transaction.
-                self.conn.execute("PRAGMA journal_mode=WAL")
+                self._switch_to_wal(busy_timeout_ms)
                 # NORMAL is durable across a process crash in WAL mode; only a power loss can
                 # drop the last commits, and it costs no fsync per exchange.
                 self.conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.DatabaseError as error:
             raise CassetteError(explain(path, error)) from error
         except BaseException:
+            if self._check is not None:
+                self._check.stop()
             if hasattr(self, "conn"):
                 self.conn.close()
             raise
 
-    def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
+    def _connect(self, busy_timeout_ms: int, read_only: bool) -> sqlite3.Connection:
         def connect(target: str | Path, uri: bool = False) -> sqlite3.Connection:
             # Autocommit: every write transaction is an explicit BEGIN IMMEDIATE (`writing`).
             return sqlite3.connect(
@@ -64,7 +78,7 @@ class Connection:
                 timeout=busy_timeout_ms / 1000,
             )  # fmt: skip
 
-        if self.read_only:
+        if read_only:
             conn = connect(f"file:{quote(str(self.path))}?mode=ro", uri=True)
             try:
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -81,6 +95,23 @@ class Connection:
         conn.execute("PRAGMA foreign_keys=ON")
         return conn
 
+    def _switch_to_wal(self, busy_timeout_ms: int) -> None:
+        """`PRAGMA journal_mode=WAL`, waiting out other processes as a write does. The switch
+        needs the file to itself, and SQLite answers "locked" at once, without its busy
+        handler, while another process writes (a new cassette's creator, or a process that
+        opened it first and records): it is asked again until the busy timeout."""
+        deadline = time.monotonic() + busy_timeout_ms / 1000
+        pause = 0.001
+        while True:
+            try:
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as error:
+                if not _busy(error) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
     def _pragma(self, name: str) -> int:
         return int(self.conn.execute(f"PRAGMA {name}").fetchone()[0])
 
@@ -92,6 +123,9 @@ class Connection:
         if self._pragma("application_id") == 0 and self._empty():
             if self.read_only:
                 raise CassetteError(f"{self.path} is empty: no run was recorded into it yet")
+            # Only a file with no page yet takes it (outside a transaction); one that another
+            # process created meanwhile keeps its own.
+            self.conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
             # Two processes may create the same new cassette at once (parallel `record`s):
             # the write lock makes one the creator, and the other then finds its schema.
             with self.writing() as conn:
@@ -114,10 +148,17 @@ class Connection:
         if self._closed:
             raise CassetteError(f"the cassette {self.path} is closed")
 
+    def _refuse_damaged(self, *, wait: bool) -> None:
+        """Raise what the writer's check found (waiting for its answer if `wait`)."""
+        failure = None if self._check is None else self._check.failure(wait=wait)
+        if failure is not None:
+            raise CassetteError(explain(self.path, failure))
+
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
         with self.lock:
             self._open()
+            self._refuse_damaged(wait=False)
             try:
                 yield self.conn
             except sqlite3.DatabaseError as error:
@@ -128,20 +169,43 @@ class Connection:
     @contextmanager
     def writing(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taking the write lock at once (BEGIN IMMEDIATE), so a read
-        inside it never has to be upgraded and fail as busy."""
+        inside it never has to be upgraded and fail as busy. Inside `atomic`, a savepoint of
+        its transaction: a write that fails undoes itself alone, as it would on its own."""
+        if not self._atomic:  # nothing is written before the check passed; reads go on meanwhile
+            self._refuse_damaged(wait=True)
         with self.reading() as conn:
             if self.read_only:
                 raise CassetteError(f"{self.path} is open for reading only")
-            conn.execute("BEGIN IMMEDIATE")
+            begin, commit, undo = (
+                ("SAVEPOINT write", "RELEASE write", ("ROLLBACK TO write", "RELEASE write"))
+                if self._atomic
+                else ("BEGIN IMMEDIATE", "COMMIT", ("ROLLBACK",))
+            )
+            conn.execute(begin)
             try:
                 yield conn
             except BaseException:
                 if conn.in_transaction:  # SQLite ends some failed ones itself (a full disk)
-                    conn.execute("ROLLBACK")
+                    for statement in undo:
+                        conn.execute(statement)
                 raise
-            conn.execute("COMMIT")
+            conn.execute(commit)
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Every write made inside, on this thread, is one transaction: committed at the end,
+        or rolled back whole (an import that fails part-way leaves nothing). Other threads
+        wait for it, on the lock."""
+        with self.writing():
+            self._atomic = True
+            try:
+                yield
+            finally:
+                self._atomic = False
 
     def close(self) -> None:
+        if self._check is not None:
+            self._check.stop()
         with self.lock:
             if not self._closed:
                 self._closed = True
@@ -164,9 +228,15 @@ def _refused(path: Path, version: int) -> SchemaVersionError:
     )
 
 
+def _busy(error: sqlite3.DatabaseError) -> bool:
+    """Whether another connection holds the lock the statement needed."""
+    text = str(error)
+    return "locked" in text or "busy" in text
+
+
 def explain(path: Path, error: sqlite3.DatabaseError) -> str:
     text = str(error)
-    if "locked" in text or "busy" in text:
+    if _busy(error):
         return f"{path} is locked by another process (still locked after the busy timeout)"
     if "not a database" in text or "malformed" in text:
         return f"{path} is not a readable SQLite cassette ({text})"

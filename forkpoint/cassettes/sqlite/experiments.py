@@ -10,10 +10,10 @@ from typing import Any
 
 import orjson
 
-from forkpoint.cassettes.rows import damaged, dump_json
+from forkpoint.cassettes.rows import EXPERIMENT_COUNTS, damaged, dump_json
 from forkpoint.cassettes.sqlite.connection import Connection
 from forkpoint.cassettes.store import StoredBranch, StoredExperiment
-from forkpoint.errors import ConfigError
+from forkpoint.errors import AlreadyRecorded, ConfigError
 
 
 class SqliteExperiments:
@@ -44,7 +44,15 @@ class SqliteExperiments:
                         f"no experiment {name!r}, or no run {source_id} / {branch_id}, "
                         f"in {self.path}"
                     ) from None
-                raise ConfigError(f"experiment {name!r} already has branch {seq}") from None
+                raise AlreadyRecorded(f"experiment {name!r} already has branch {seq}") from None
+
+    def experiment_counts(self, name: str) -> tuple[int, int]:
+        with self._db.reading() as conn:
+            exists = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='experiment_runs'"
+            if conn.execute(exists).fetchone() is None:  # a version-1 file, read-only
+                return 0, 0
+            row = conn.execute(EXPERIMENT_COUNTS.replace("%s", "?"), (name,)).fetchone()
+        return int(row[0]), int(row[1] or 0)
 
     def finish_experiment(self, name: str, *, ended_at: float) -> None:
         with self._db.writing() as conn:

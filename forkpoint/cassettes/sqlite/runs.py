@@ -3,45 +3,54 @@
 Tables: `runs`, `exchanges` (one row per step, with what its dialect read off it, and for a
 body too large to hold the pieces that follow its held part: `response_pieces`), `chunks`
 (one row per streamed chunk: its offset and size, then an end marker row when the stream ended
-cleanly, so a cut stream is visible in SQL), `snapshots`, and `blobs` (body segments by
-sha256, compressed, stored once; a piece is one blob, written ahead of its exchange). A body
-column holds its manifest (`cassettes.manifests`): the list of its segments' hashes, or for a
-request what it repeats of an earlier one. Bodies are cut, hashed and compressed before the
-write transaction, which only inserts.
+cleanly, so a cut stream is visible in SQL), `snapshots`, and the blobs (`contents`, body
+segments numbered, each stored once, compressed alone or against its run's earlier ones; a
+piece is one blob, written ahead of its exchange; `blobs`, those written before schema 12, by
+sha256: `sqlite.contents`). A body column holds its manifest (`cassettes.manifests`): the list
+of its segments' numbers, or for a request what it repeats of an earlier one. Bodies are cut,
+hashed and compressed before the write transaction, which inserts the blobs, then the rows
+that name them by number.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from forkpoint.cassettes.manifests import BlobRow, Packer
+from forkpoint.cassettes.manifests import BlobRow, Blobs, Fetch, Packer
 from forkpoint.cassettes.rows import (
     EXCHANGE_COLUMNS,
     RUN_COLUMNS,
     SNAPSHOT_COLUMNS,
-    Fetch,
+    dump_json,
     exchange_rows,
     exchange_select,
     exchanges_from_rows,
     like_prefix,
+    named,
     piece_bytes,
     piece_rows,
     readable,
     response_key,
     run_from_row,
+    run_select,
     run_values,
     snapshot_values,
     snapshots_from_rows,
 )
+from forkpoint.cassettes.sqlite import contents
 from forkpoint.cassettes.sqlite.connection import Connection
+from forkpoint.cassettes.sqlite.schema import CONTENTS_FROM
 from forkpoint.errors import AlreadyRecorded, CassetteError, RunNotFound
-from forkpoint.models import Blob, Exchange, Piece, Run, RunStatus, Snapshot
+from forkpoint.models import Blob, Ending, Exchange, Piece, Run, RunStatus, Snapshot
 
 _RUNS = ", ".join(f'"{c}"' for c in RUN_COLUMNS)
 _EXCHANGES = ", ".join(f'"{c}"' for c in EXCHANGE_COLUMNS)
+_INSERT_EXCHANGE = (
+    f"INSERT INTO exchanges ({_EXCHANGES}) VALUES ({','.join('?' for _ in EXCHANGE_COLUMNS)})"
+)
 _SNAPSHOTS = ", ".join(f'"{c}"' for c in SNAPSHOT_COLUMNS)
 
 
@@ -71,36 +80,41 @@ class SqliteRuns:
 
     def finish_run(
         self, run_id: str, status: RunStatus, *, error: str | None = None,
-        fork_step: int | None = None,
+        fork_step: int | None = None, owner: str | None = None,
     ) -> None:  # fmt: skip
         """Close a run; `fork_step` records where a replay that went live actually forked."""
         ended = None if status is RunStatus.RUNNING else time.time()
         with self._db.writing() as conn:
             changed = conn.execute(
                 "UPDATE runs SET status=?, ended_at=?, error=?, "
-                "fork_step=coalesce(?, fork_step) WHERE id=?",
-                (status, ended, error, fork_step, run_id),
+                "fork_step=coalesce(?, fork_step), owner=coalesce(?, owner) WHERE id=?",
+                (status, ended, error, fork_step, owner, run_id),
             ).rowcount
         if not changed:
             raise RunNotFound(f"no run {run_id!r} in {self.path}", run_id=run_id)
 
+    @property
+    def _selected(self) -> str:
+        """SELECT the run columns FROM runs: those the file's version has."""
+        return f"SELECT {run_select('sqlite', self._db.version)} FROM runs"
+
     def get_run(self, run_id: str) -> Run:
         with self._db.reading() as conn:
-            row = conn.execute(f"SELECT {_RUNS} FROM runs WHERE id=?", (run_id,)).fetchone()
+            row = conn.execute(f"{self._selected} WHERE id=?", (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.path}", run_id=run_id)
         return run_from_row(row)
 
     def find_run(self, ref: str) -> Run:
         with self._db.reading() as conn:
-            rows = conn.execute(f"SELECT {_RUNS} FROM runs WHERE id=?", (ref,)).fetchall()
+            rows = conn.execute(f"{self._selected} WHERE id=?", (ref,)).fetchall()
             if not rows:
                 rows = conn.execute(
-                    f"SELECT {_RUNS} FROM runs WHERE name=? ORDER BY id DESC LIMIT 1", (ref,)
+                    f"{self._selected} WHERE name=? ORDER BY id DESC LIMIT 1", (ref,)
                 ).fetchall()
             if not rows and len(ref) >= 4:
                 rows = conn.execute(
-                    f"SELECT {_RUNS} FROM runs WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
+                    f"{self._selected} WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
                     (like_prefix(ref),),
                 ).fetchall()
         if len(rows) == 1:
@@ -114,11 +128,19 @@ class SqliteRuns:
     ) -> list[Run]:
         with self._db.reading() as conn:
             if newest is None:
-                rows = conn.execute(f"SELECT {_RUNS} FROM runs ORDER BY id").fetchall()
+                rows = conn.execute(f"{self._selected} ORDER BY id").fetchall()
             else:
-                query = f"SELECT {_RUNS} FROM runs ORDER BY id DESC LIMIT ?"
+                query = f"{self._selected} ORDER BY id DESC LIMIT ?"
                 rows = conn.execute(query, (newest,)).fetchall()[::-1]
         return readable(rows, run_from_row, damaged)
+
+    def numbered(self, run_id: str) -> dict[int, int]:
+        """The tickets of the run the store has numbered, with their steps (a read)."""
+        if self._db.version < 5:  # read as it is: no run had tickets then
+            return {}
+        with self._db.reading() as conn:
+            query = "SELECT ticket, step FROM tickets WHERE run_id=?"
+            return dict(conn.execute(query, (run_id,)).fetchall())
 
     def step_count(self, run_id: str) -> int:
         with self._db.reading() as conn:
@@ -136,52 +158,96 @@ class SqliteRuns:
             row = conn.execute("SELECT next_step FROM runs WHERE id=?", (run_id,)).fetchone()
         return max(stored, row[0] if row else 0)
 
-    def allocate_step(self, run_id: str) -> int:
-        """One short transaction: the run's counter, or the step after its highest stored one
-        (written by a proxy that numbered its own steps) if that is higher, taken and moved on."""
+    def number(self, run_id: str, tickets: Sequence[int]) -> dict[int, int]:
+        """One short transaction: the steps the run's tickets hold, and for each new one the
+        run's counter, or the step after its highest stored one (written by a proxy that
+        numbered its own steps) if that is higher, taken and moved on."""
+        steps: dict[int, int] = {}
         with self._db.writing() as conn:
-            row = conn.execute(
-                "UPDATE runs SET next_step = max(next_step, coalesce("
-                "(SELECT max(step) + 1 FROM exchanges WHERE run_id = ?), 0)) + 1 "
-                "WHERE id = ? RETURNING next_step - 1",
-                (run_id, run_id),
-            ).fetchone()
-        if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.path}", run_id=run_id)
-        return int(row[0])
+            for start in range(0, len(tickets), 500):
+                part = tickets[start : start + 500]
+                query = (f"SELECT ticket, step FROM tickets WHERE run_id = ? AND ticket IN "
+                         f"({_marks(part)})")  # fmt: skip
+                steps.update(conn.execute(query, (run_id, *part)).fetchall())
+            for ticket in tickets:
+                if ticket in steps:
+                    continue
+                row = conn.execute(
+                    "UPDATE runs SET next_step = max(next_step, coalesce("
+                    "(SELECT max(step) + 1 FROM exchanges WHERE run_id = ?), 0)) + 1 "
+                    "WHERE id = ? RETURNING next_step - 1",
+                    (run_id, run_id),
+                ).fetchone()
+                if row is None:
+                    raise RunNotFound(f"no run {run_id!r} in {self.path}", run_id=run_id)
+                steps[ticket] = int(row[0])
+                conn.execute("INSERT INTO tickets VALUES (?, ?, ?)", (run_id, ticket, row[0]))
+        return steps
+
+    def end_run(self, ending: Ending) -> None:
+        with self._db.writing() as conn:
+            change = None if ending.change is None else dump_json(ending.change)
+            found = conn.execute(
+                "UPDATE runs SET status=?, ended_at=?, error=?, fork_step=coalesce(?, fork_step), "
+                "change=coalesce(?, change) WHERE id=? AND status=? RETURNING 1",
+                (ending.status, ending.ended_at, ending.error, ending.fork_step, change,
+                 ending.run_id, RunStatus.RUNNING),
+            ).fetchone()  # fmt: skip
+            if (
+                found is None
+                and conn.execute("SELECT 1 FROM runs WHERE id=?", (ending.run_id,)).fetchone()
+                is None
+            ):
+                raise RunNotFound(f"no run {ending.run_id!r} in {self.path}", run_id=ending.run_id)
 
     # exchanges
 
     def add_exchanges(self, exchanges: Iterable[Exchange]) -> None:
-        new, rows = exchange_rows(exchanges, self._packer, self._stored)
-        try:
+        try:  # a failure packing them forgets what was packed too: it is not stored
+            new, rows = exchange_rows(exchanges, self._packer, self._stored)
             with self._db.writing() as conn:
-                conn.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)", new.values())
+                namer = self._insert_blobs(conn, new.values())
                 for values, chunks in rows:
-                    self._insert_exchange(conn, values, chunks)
+                    self._insert_exchange(conn, named(values, namer), chunks)
         except BaseException:
             self._packer.failed()
             raise
-        self._packer.committed(new.values())
+        self._packer.committed(new.values(), namer.numbers)
 
     def add_pieces(self, blobs: Iterable[Blob]) -> None:
         rows = piece_rows(blobs, self._stored)
         if rows:
             with self._db.writing() as conn:
-                conn.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)", rows)
+                namer = self._insert_blobs(conn, rows)
+            self._packer.committed(rows, namer.numbers)
 
     def piece(self, piece: Piece) -> bytes:
         with self._db.reading() as conn:
-            query = "SELECT codec, data FROM blobs WHERE hash=?"
-            row = conn.execute(query, (piece.digest,)).fetchone()
-        return piece_bytes(piece, row, str(self.path))
+            key = contents.piece_key(conn, piece.digest, numbered=self._numbered,
+                                     has_blobs=self._db.has_blobs)  # fmt: skip
+            fetch = self._fetcher(conn)
+            return piece_bytes(
+                piece, lambda: None if key is None else Blobs(fetch).load([key]).plain(key),
+                str(self.path),
+            )  # fmt: skip
+
+    @property
+    def _numbered(self) -> bool:
+        """Whether the file has `contents` (schema 12 on: every file a writer opened)."""
+        return self._db.version >= CONTENTS_FROM
+
+    def _insert_blobs(self, conn: sqlite3.Connection, rows: Iterable[BlobRow]) -> contents.Namer:
+        """Insert the blob rows, inside the write transaction: the namer of its manifests."""
+        namer = contents.Namer(conn, self._packer, self._db.has_blobs)
+        namer.insert(rows)
+        return namer
 
     def _insert_exchange(
         self, conn: sqlite3.Connection, values: tuple[object, ...], chunks: list[tuple[object, ...]]
     ) -> None:
         run_id, step = values[0], values[1]
         try:
-            conn.execute(f"INSERT INTO exchanges ({_EXCHANGES}) VALUES ({_marks(values)})", values)
+            conn.execute(_INSERT_EXCHANGE, values)
         except sqlite3.IntegrityError as error:
             if "UNIQUE" in str(error):
                 raise AlreadyRecorded(
@@ -193,23 +259,21 @@ class SqliteRuns:
                 f"no run {run_id} in {self.path} for step {step}", run_id=str(run_id),
                 step=int(str(step)),
             ) from None  # fmt: skip
-        conn.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?)", chunks)
+        if chunks:
+            conn.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?)", chunks)
 
     def _stored(self, digest: str) -> bool:
         with self._db.reading() as conn:
-            query = "SELECT 1 FROM blobs WHERE hash=?"
-            return conn.execute(query, (digest,)).fetchone() is not None
+            return contents.stored(conn, digest, self._db.has_blobs)
 
-    @staticmethod
-    def _fetcher(conn: sqlite3.Connection) -> Fetch:
-        def fetch(hashes: list[str]) -> list[tuple[str, str, bytes]]:
-            query = f"SELECT hash, codec, data FROM blobs WHERE hash IN ({_marks(hashes)})"
-            return conn.execute(query, hashes).fetchall()
-
-        return fetch
+    def _fetcher(self, conn: sqlite3.Connection) -> Fetch:
+        return contents.fetcher(conn, numbered=self._numbered, has_blobs=self._db.has_blobs)
 
     def response_keys(self, run_id: str) -> dict[int, str]:
         with self._db.reading() as conn:
+            if self._numbered:
+                query = "SELECT step, response_body, response_pieces FROM exchanges WHERE run_id=?"
+                return contents.response_keys(conn, conn.execute(query, (run_id,)).fetchall())
             key = response_key("sqlite", self._db.version)
             query = f"SELECT step, {key} FROM exchanges WHERE run_id=?"
             return dict(conn.execute(query, (run_id,)).fetchall())
@@ -237,9 +301,9 @@ class SqliteRuns:
         """Store a snapshot; a later one for the same (run, step, adapter) replaces it."""
         new: dict[str, BlobRow] = {}
         manifest = self._packer.pack(snapshot.data, snapshot.content_type, new, self._stored)
-        values = snapshot_values(snapshot, manifest)
         with self._db.writing() as conn:
-            conn.executemany("INSERT OR IGNORE INTO blobs VALUES (?,?,?,?)", new.values())
+            namer = self._insert_blobs(conn, new.values())
+            values = named(snapshot_values(snapshot, manifest), namer)
             try:
                 conn.execute(
                     f"INSERT OR REPLACE INTO snapshots ({_SNAPSHOTS}) VALUES ({_marks(values)})",
@@ -250,7 +314,7 @@ class SqliteRuns:
                     f"no run {snapshot.run_id} in {self.path} for a snapshot",
                     run_id=snapshot.run_id, step=snapshot.step,
                 ) from None  # fmt: skip
-        self._packer.committed(new.values())
+        self._packer.committed(new.values(), namer.numbers)
 
     def snapshots(self, run_id: str, *, data: bool = False) -> list[Snapshot]:
         """A run's snapshots by step, failed pulls included; `data=True` loads the state."""

@@ -11,10 +11,15 @@ import functools
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from forkpoint.engine import multipart
 from forkpoint.engine.dialects import _read
 from forkpoint.engine.dialects.anthropic_messages import AnthropicMessages
+from forkpoint.engine.dialects.cohere import CohereChat
 from forkpoint.engine.dialects.gemini import Gemini
 from forkpoint.engine.dialects.generic import Generic
+from forkpoint.engine.dialects.mcp import MCP, Mcp, is_mcp
+from forkpoint.engine.dialects.ollama import OllamaChat, OllamaGenerate
+from forkpoint.engine.dialects.openai_audio import OpenAIAudio
 from forkpoint.engine.dialects.openai_chat import OpenAIChat
 from forkpoint.engine.dialects.openai_completions import OpenAICompletions
 from forkpoint.engine.dialects.openai_embeddings import OpenAIEmbeddings
@@ -26,15 +31,23 @@ from forkpoint.models import Exchange, Headers, Summary
 __all__ = [
     "DIALECTS",
     "GENERIC",
+    "MCP",
     "AnthropicMessages",
+    "CohereChat",
     "Dialect",
     "Gemini",
     "Generic",
+    "Mcp",
+    "OllamaChat",
+    "OllamaGenerate",
+    "OpenAIAudio",
     "OpenAIChat",
     "OpenAICompletions",
     "OpenAIEmbeddings",
     "OpenAIResponses",
     "dialect_for",
+    "dialect_of",
+    "is_model_api",
     "summarize_exchange",
 ]
 
@@ -65,21 +78,41 @@ class Dialect(Protocol):
 
     def with_model(self, route: str, model: str) -> str:
         """The route of the same request for another model: unchanged where the model is in
-        the body (a change rewrites it there), rewritten where it is in the path (Gemini)."""
+        the body (a change rewrites it there), rewritten where it is in the path (Gemini, an
+        Azure OpenAI deployment)."""
+        ...
+
+    def model_in_route(self, route: str) -> str | None:
+        """The model the route names, or None where it names none (it is in the body)."""
         ...
 
 
 GENERIC: Dialect = Generic()
 DIALECTS: tuple[Dialect, ...] = (
     OpenAIChat(), OpenAIResponses(), AnthropicMessages(), Gemini(), OpenAIEmbeddings(),
-    OpenAICompletions(),
+    OpenAICompletions(), OllamaChat(), OllamaGenerate(), CohereChat(), OpenAIAudio(),
 )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)  # an agent calls a handful of endpoints, over and over
 def dialect_for(method: str, path: str) -> Dialect:
-    """The first model-API dialect that claims the request, else `GENERIC`."""
+    """MCP by its route, else the first model-API dialect that claims the request, else
+    `GENERIC`."""
+    if MCP.claims(method, path):
+        return MCP
     return next((d for d in DIALECTS if d.claims(method, path)), GENERIC)
+
+
+def dialect_of(method: str, path: str, body: bytes) -> Dialect:
+    """`dialect_for`, and MCP for a JSON-RPC body at any path (an MCP server's endpoint is
+    its own choice)."""
+    return MCP if is_mcp(method, path, body) else dialect_for(method, path)
+
+
+def is_model_api(dialect: Dialect) -> bool:
+    """Whether a dialect's requests are model calls (a step boundary for snapshots, what a
+    fork's model, prompt and patch rewrite): not a tool API's, generic or MCP."""
+    return dialect is not GENERIC and dialect is not MCP
 
 
 def summarize_exchange(exchange: Exchange) -> Summary:
@@ -88,11 +121,20 @@ def summarize_exchange(exchange: Exchange) -> Summary:
     Bodies are decoded leniently: a cut-off compressed stream yields what arrived, and a body
     that cannot be decoded at all is read as empty, so the summary keeps what the rest tells.
     """
-    dialect = dialect_for(exchange.method, urlsplit(exchange.route).path)
     request_body = _decoded(exchange.request_body, exchange.request_headers)
+    dialect = dialect_of(exchange.method, urlsplit(exchange.route).path, request_body)
     request_json = _read.loads(request_body) if request_body else None
-    if exchange.model_sent and isinstance(request_json, dict):
-        request_json = {**request_json, "model": exchange.model_sent}
+    form = _form(request_body, header(exchange.request_headers, "content-type")) if (
+        request_json is None and dialect is not GENERIC
+    ) else None
+    if form is not None:  # an upload: its form's text fields, as sent (a change rewrites JSON
+        request_json = form  # bodies only, so a fork's model is not claimed for it)
+    # The model asked for: a fork's, else the one the path names (Gemini, Azure), else the body's.
+    model = None if form is not None else (
+        exchange.model_sent or dialect.model_in_route(exchange.route)
+    )
+    if model and (request_json is None or isinstance(request_json, dict)):
+        request_json = {**(request_json or {}), "model": model}
     if exchange.method == WS:  # its server messages are the events an SSE stream carries
         response, streamed = sse_of(exchange), True
     else:
@@ -104,6 +146,23 @@ def summarize_exchange(exchange: Exchange) -> Summary:
         streamed=streamed,
         status=exchange.status,
     )
+
+
+def _form(body: bytes, content_type: str | None) -> dict[str, str] | None:
+    """A multipart/form-data body's text fields (`model`, `response_format`…), files left out;
+    None for any other body."""
+    found = multipart.boundary(content_type)
+    fields = multipart.parts(body, found) if found else None
+    if fields is None:
+        return None
+    texts = {}
+    for part in fields:
+        if part.name is not None and part.filename is None:
+            try:
+                texts[part.name] = part.data.decode()
+            except UnicodeDecodeError:
+                continue
+    return texts
 
 
 def _decoded(body: bytes, headers: Headers) -> bytes:

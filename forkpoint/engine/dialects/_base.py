@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
+from urllib.parse import quote, unquote
 
 import orjson
 
@@ -10,6 +12,8 @@ from forkpoint.engine.dialects import _read as r
 from forkpoint.models import Headers, Summary
 
 _ERROR_HEADERS = (("content-type", "application/json"), ("x-should-retry", "false"))
+# Azure OpenAI names the model by its deployment, in the path: `/openai/deployments/NAME/…`.
+_DEPLOYMENT = re.compile(r"^(?P<head>.*/openai/deployments/)(?P<model>[^/]+)(?P<tail>/.*)$")
 
 
 def openai_error(message: str, *, error_type: str) -> tuple[Headers, bytes]:
@@ -56,4 +60,14 @@ class LlmDialect(ABC):
         return openai_error(message, error_type=error_type)
 
     def with_model(self, route: str, model: str) -> str:
-        return route
+        """The route for another model: an Azure deployment's path names the new one."""
+        path, sep, query = route.partition("?")
+        found = _DEPLOYMENT.match(path)
+        if found is None:
+            return route
+        return f"{found['head']}{quote(model, safe='')}{found['tail']}{sep}{query}"
+
+    def model_in_route(self, route: str) -> str | None:
+        """The model the route names (an Azure deployment), or None where only the body does."""
+        found = _DEPLOYMENT.match(route.partition("?")[0])
+        return None if found is None else unquote(found["model"])

@@ -3,7 +3,8 @@
 Usage is normalized so prices are computed the same way for every provider: Anthropic's
 `input_tokens` counts only the uncached part of the prompt, while forkpoint's `Usage.input` is the
 whole prompt, so it adds `cache_creation_input_tokens` and `cache_read_input_tokens`; `cached`
-is the cache reads. `reasoning` is `output_tokens_details.thinking_tokens` when sent.
+is the cache reads and `cache_write` the cache writes, each priced at its own rate.
+`reasoning` is `output_tokens_details.thinking_tokens` when sent.
 
 Tool arguments are re-serialized compactly with orjson whether the call was streamed or not, so
 the same call reads the same in both.
@@ -71,6 +72,7 @@ def _usage(usage: object) -> Usage | None:
         output=r.count(usage.get("output_tokens")),
         cached=cache_read,
         reasoning=r.count(r.dig(usage, "output_tokens_details", "thinking_tokens")),
+        cache_write=cache_write,
     )
 
 

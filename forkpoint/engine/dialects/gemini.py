@@ -35,6 +35,10 @@ class Gemini(LlmDialect):
         verb = path[found.end("model") :]
         return f"{found['head']}{model}{verb}{sep}{query}"
 
+    def model_in_route(self, route: str) -> str | None:
+        found = _PATH.match(route.partition("?")[0])
+        return None if found is None else found["model"]
+
     def summarize(
         self, request_json: object | None, response_body: bytes, *, streamed: bool,
         status: int | None,

@@ -36,3 +36,6 @@ class Generic:
 
     def with_model(self, route: str, model: str) -> str:
         return route
+
+    def model_in_route(self, route: str) -> str | None:
+        return None

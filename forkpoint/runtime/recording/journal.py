@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from forkpoint.cassettes.store import Store
+from forkpoint.runtime.recording.owners import owner_of
 from forkpoint.runtime.recording.writer import Item
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class Journal:
         fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
         self.lock_path = directory / f"{self._base}.lock"
         os.rename(partial, self.lock_path)
+        self.owner = owner_of(self._base)  # what the runs this process opens name
         self._mutex = threading.Lock()
         self._rewriting = threading.Lock()
         self._segments: list[Segment] = []

@@ -192,8 +192,10 @@ class ThreadRecorder:
         while True:
             batch = self._next()
             if batch is None:
-                if self._retry_at is not None:
-                    self._retry()  # one last try; what stays held stays in the journal
+                # one last try for what the store refused; not for a store that takes no
+                # writes, which would keep Ctrl-C waiting on it: the journal holds all of it
+                if self._retry_at is not None and not self._held:
+                    self._retry()
                 if self._kept:
                     log.error("forkpoint: %d exchanges could not be written nor journaled: "
                               "they are lost", len(self._kept))  # fmt: skip

@@ -25,12 +25,12 @@ from forkpoint.cassettes.store import Store
 from forkpoint.engine.derive import derive
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.errors import AlreadyRecorded, CassetteError
-from forkpoint.models import Blob, Exchange, Run, Snapshot
+from forkpoint.models import Blob, Ending, Exchange, Run, Snapshot, Ticket
 
 log = logging.getLogger(__name__)
 
-Item = Exchange | Snapshot | Run | Blob
-Recorded = TypeVar("Recorded", Exchange, Snapshot)  # an item of a run
+Item = Exchange | Snapshot | Run | Blob | Ticket | Ending
+Recorded = TypeVar("Recorded", Exchange, Snapshot, Ending)  # an item of a run
 # Pieces per transaction when merging a journal (each up to a few MiB).
 PIECE_BATCH = 8
 # Exchanges per transaction when merging a journal.
@@ -77,38 +77,84 @@ class CassetteWriter:
             else:
                 self._unmade.add(run.id)
                 refused.append(run)
+        refused += self._numbered(batch)
         pieces = [item for item in batch if isinstance(item, Blob)]
         if pieces:
             add = functools.partial(self.store.add_pieces, pieces)
             if not self._stored(f"{len(pieces)} pieces of a body", add):
                 refused += pieces
-        exchanges, waiting = self._by_run([item for item in batch if isinstance(item, Exchange)])
+        exchanges, waiting = self._by_run(
+            [item for item in batch if isinstance(item, Exchange) and item.step >= 0]
+        )
         refused += waiting
         if exchanges:
             refused += self._write_exchanges(exchanges)
-        snapshots, waiting = self._by_run([item for item in batch if isinstance(item, Snapshot)])
+        snapshots, waiting = self._by_run(
+            [item for item in batch if isinstance(item, Snapshot) and item.step >= 0]
+        )
         refused += waiting
         for snapshot in snapshots:
             what = f"the {snapshot.adapter} snapshot of run {snapshot.run_id} step {snapshot.step}"
             if not self._stored(what, functools.partial(self.store.add_snapshot, snapshot)):
                 refused.append(snapshot)
+        endings, waiting = self._by_run([item for item in batch if isinstance(item, Ending)])
+        refused += waiting
+        for ending in endings:
+            if not self._stored(f"the end of run {ending.run_id}",
+                                functools.partial(self.store.end_run, ending)):  # fmt: skip
+                refused.append(ending)
         return refused
+
+    def _numbered(self, batch: Sequence[Item]) -> list[Item]:
+        """Give the batch's tickets their steps (`models.Ticket`), in the order they came, and
+        put them in place of the provisional steps its exchanges and snapshots carry. What
+        belongs to a run the store could not number for is refused, to be tried again."""
+        tickets: dict[str, list[int]] = {}
+        for item in batch:
+            if isinstance(item, Ticket):
+                tickets.setdefault(item.run_id, []).append(item.ticket)
+            elif isinstance(item, Exchange | Snapshot) and item.step < 0:
+                tickets.setdefault(item.run_id, []).append(item.step)
+        if not tickets:
+            return []
+        steps: dict[tuple[str, int], int] = {}
+
+        def number(run_id: str, numbers: list[int]) -> None:
+            for ticket, step in self.store.number(run_id, numbers).items():
+                steps[run_id, ticket] = step
+
+        for run_id, numbers in tickets.items():
+            if run_id not in self._unmade:
+                self._stored(f"the steps of run {run_id}",
+                             functools.partial(number, run_id, numbers))  # fmt: skip
+        left: list[Item] = []  # not numbered: kept with their tickets, to be tried again
+        for item in batch:
+            if isinstance(item, Exchange | Snapshot) and item.step < 0:
+                step = steps.get((item.run_id, item.step))
+                if step is None:
+                    left.append(item)
+                else:
+                    item.step = step
+            elif isinstance(item, Ticket) and (item.run_id, item.ticket) not in steps:
+                left.append(item)
+        return left
 
     def merge(self, items: Iterable[Item]) -> Merged:
         """Write what of `items` (a journal's) the store lacks.
         Pieces go first, a few per transaction; one stored already is skipped (a blob)."""
-        runs: list[Item] = []
+        items = list(items)
+        refused = self.write([item for item in items if isinstance(item, Run)])
+        refused += self._numbered(items)  # in the journal's order: the order they came
         pieces: list[Item] = []
         exchanges: dict[tuple[str, int], Exchange] = {}
-        snapshots: list[Item] = []
+        snapshots: list[Item] = []  # and the runs' ends, after everything else
         for item in items:
-            if isinstance(item, Exchange):
+            if isinstance(item, Exchange) and item.step >= 0:
                 exchanges.setdefault((item.run_id, item.step), item)
             elif isinstance(item, Blob):
                 pieces.append(item)
-            else:
-                (runs if isinstance(item, Run) else snapshots).append(item)
-        refused = self.write(runs)
+            elif isinstance(item, Ending) or (isinstance(item, Snapshot) and item.step >= 0):
+                snapshots.append(item)
         for start in range(0, len(pieces), PIECE_BATCH):
             refused += self.write(pieces[start : start + PIECE_BATCH])
         held: dict[str, set[int]] = {}
@@ -118,10 +164,12 @@ class CassetteWriter:
             except CassetteError as error:
                 raise Unavailable(str(error)) from error
         new = [e for (run_id, step), e in exchanges.items() if step not in held[run_id]]
+        added = len(new)
         for start in range(0, len(new), MERGE_BATCH):
-            refused += self.write(new[start : start + MERGE_BATCH])
+            left = self.write(new[start : start + MERGE_BATCH])
+            added -= sum(isinstance(item, Exchange) for item in left)
+            refused += left
         refused += self.write(snapshots)
-        added = len(new) - sum(isinstance(item, Exchange) for item in refused)
         return Merged(added, len(refused))
 
     def _by_run(self, items: list[Recorded]) -> tuple[list[Recorded], list[Item]]:

@@ -102,10 +102,10 @@ def test_a_foreign_har_imports_with_routes_and_without_credentials():
 @pytest.mark.parametrize(
     "document, error",
     [
-        ({"nolog": 1}, "at top level: missing `log`"),
+        ({"nolog": 1}, "x.har: not a HAR file: it has no `log` object"),
         (
             {"log": {"entries": [{"request": {"method": "GET"}, "response": {}}]}},
-            "at log.entries.0.request: missing `url`",
+            "x.har: entry 0, request: missing `url`",
         ),
         ({"log": {"entries": [], "_forkpoint": {"format_version": 5}}}, "newer forkpoint"),
     ],

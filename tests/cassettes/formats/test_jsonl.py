@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from forkpoint.cassettes.formats import jsonl
+from forkpoint.engine.matching import fingerprint
 from forkpoint.errors import CassetteError, SchemaVersionError
 from forkpoint.models import Chunk, Exchange, Run
 
@@ -34,19 +37,36 @@ def test_bodies_come_back_byte_for_byte():
     assert b.chunks == stream.chunks
 
 
+def test_a_forks_rewritten_request_keeps_what_its_agent_asked_and_matches_by_it():
+    asked = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
+    sent = b'{"model":"gpt-4o","messages":[{"role":"system","content":"Be warm."},' + (
+        b'{"role":"user","content":"hi"}]}'
+    )
+    forked = Exchange(
+        run_id="r", step=0, method="POST", route="/v1/chat/completions",
+        request_headers=(("content-type", "application/json"),), request_body=sent,
+        fingerprint="", status=200, asked_body=asked,
+    )  # fmt: skip
+    [read] = jsonl.loads(jsonl.dumps(Run(id="r"), [forked]))[1]
+    assert (read.request_body, read.asked_body) == (sent, asked)
+    assert read.fingerprint == fingerprint("POST", "/v1/chat/completions", asked)
+    [plain] = jsonl.loads(jsonl.dumps(Run(id="r"), [replace(forked, asked_body=None)]))[1]
+    assert plain.asked_body is None and "asked_body" not in jsonl.dumps(Run(id="r"), [plain])
+
+
 @pytest.mark.parametrize(
     "content, error",
     [
         ("", "empty"),
         (
             '{"forkpoint": 1, "run": {}}\n{"exchange": {"method": "GET"}}\n',
-            "line 2 at exchange: missing `route`",
+            "line 2: exchange 0: missing `route`",
         ),
         (
             '{"forkpoint": 1, "run": {}}\n\n{"exchange": {"method": "GET", "route": "/", "request_body": {"base64": "@@"}}}\n',
-            "line 3 at exchange.request_body: invalid base64",
+            "line 3: exchange 0, request_body: invalid base64",
         ),
-        ('{"forkpoint": 1, "run": {}}\nnot json\n', "line 2: not valid JSON"),
+        ('{"forkpoint": 1, "run": {}}\nnot json\n', "line 2: exchange 0: not valid JSON"),
     ],
 )
 def test_errors_name_the_line(content, error):

@@ -126,14 +126,14 @@ def test_stream_with_thinking_text_and_tool_calls() -> None:
     assert summary.tool_calls == (PARIS, CITIES)
     assert summary.finish_reason == "tool_use"
     # input = uncached 472 + cache writes 130 + cache reads 2048; output from message_delta.
-    assert summary.usage == Usage(input=2650, output=89, cached=2048, reasoning=31)
+    assert summary.usage == Usage(input=2650, output=89, cached=2048, reasoning=31, cache_write=130)
 
 
 def test_stream_usage_from_a_message_delta_with_output_tokens_only() -> None:
     events = [*EVENTS]
     events[-2] = {**events[-2], "usage": {"output_tokens": 57}}
     summary = MESSAGES.summarize(REQUEST, sse(*events), streamed=True, status=200)
-    assert summary.usage == Usage(input=2650, output=57, cached=2048)
+    assert summary.usage == Usage(input=2650, output=57, cached=2048, cache_write=130)
 
 
 def test_cut_stream_keeps_partial_text_and_arguments() -> None:
@@ -142,7 +142,7 @@ def test_cut_stream_keeps_partial_text_and_arguments() -> None:
     assert summary.text == "Let me check."
     assert summary.tool_calls == (ToolCall("get_weather", '{"locat', PARIS.id),)
     assert summary.finish_reason is None
-    assert summary.usage == Usage(input=2650, output=2, cached=2048)
+    assert summary.usage == Usage(input=2650, output=2, cached=2048, cache_write=130)
 
 
 def test_cut_inside_an_event() -> None:
@@ -191,7 +191,7 @@ def test_message() -> None:
     assert summary.text == "Let me check."
     assert summary.tool_calls == (PARIS,)
     assert summary.finish_reason == "tool_use"
-    assert summary.usage == Usage(input=1512, output=61, cached=0)
+    assert summary.usage == Usage(input=1512, output=61, cached=0, cache_write=1500)
 
 
 def test_streamed_and_whole_arguments_read_the_same() -> None:

@@ -35,6 +35,16 @@ from tests.builders import exchange as build
         ("POST", "/v1/projects/p/locations/l/publishers/google/models/gemini-2.5-pro:generateContent", "gemini"),
         ("GET", "/v1beta/models/gemini-2.0-flash", "generic"),
         ("POST", "/api/search", "generic"),
+        ("POST", "/ollama/api/chat", "ollama_chat"),
+        ("POST", "/api/generate", "ollama_generate"),
+        ("POST", "/ollama/v1/chat/completions", "openai_chat"),  # Ollama's OpenAI-compatible API
+        ("GET", "/ollama/api/tags", "generic"),
+        ("POST", "/cohere/v2/chat", "cohere_chat"),
+        ("POST", "/cohere/v1/chat", "generic"),  # version 1 speaks another shape
+        ("POST", "/cohere/v2/embed", "generic"),
+        ("POST", "/v1/audio/transcriptions", "openai_audio"),
+        ("POST", "/v1/audio/translations", "openai_audio"),
+        ("POST", "/v1/audio/speech", "generic"),
     ],
 )
 def test_dialect_for(method: str, path: str, name: str) -> None:
@@ -44,10 +54,11 @@ def test_dialect_for(method: str, path: str, name: str) -> None:
 def test_registry_names() -> None:
     assert [d.name for d in DIALECTS] == [
         "openai_chat", "openai_responses", "anthropic_messages", "gemini", "openai_embeddings",
-        "openai_completions",
+        "openai_completions", "ollama_chat", "ollama_generate", "cohere_chat",
+        "openai_audio",
     ]  # fmt: skip
     dialects: list[Dialect] = [*DIALECTS, GENERIC]  # each satisfies the protocol
-    assert len({d.name for d in dialects}) == 7
+    assert len({d.name for d in dialects}) == 11
 
 
 def exchange(

@@ -1,0 +1,164 @@
+"""Benchmark: the CPU each part of `record` costs per request and per streamed chunk.
+
+The parts of one exchange of benchmarks/gateway.py's `sdk` workload (a 4 KB request with the
+openai SDK's headers; a 1 KB answer, or a stream of 64 SSE events), each timed in this process
+on its own: the engine's decision (the request's secrets masked), the tee, the journal's
+pickle, and the writer's unpickle, derive (summary, fingerprint), pack and SQLite. CPU time,
+the best of 7 repeats, so a shared machine moves it little. What is not here (aiohttp's server
+and client, asyncio, the gateway's own steps, the writer process's frames) is the rest of
+gateway.py's `proxy CPU, us/req`. See benchmarks/README.md.
+
+    .venv/bin/python benchmarks/record_parts.py
+    PYTHONPATH=OTHER .venv/bin/python benchmarks/record_parts.py   # another forkpoint's
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import _upstream
+import _workload
+
+from forkpoint.api import Options, engine_config
+from forkpoint.cassettes.open import open_store
+from forkpoint.engine import matching, shapes
+from forkpoint.engine.decide import Action, Request, decide
+from forkpoint.engine.derive import derive
+from forkpoint.engine.dialects import summarize_exchange
+from forkpoint.engine.encoding import decode_headers
+from forkpoint.engine.lifecycle import Body, End, Head, Tee
+from forkpoint.engine.session import Session
+from forkpoint.models import Exchange, Run
+from forkpoint.runtime import collector
+from forkpoint.runtime.recording.writer import CassetteWriter
+
+collector.tune()
+config = engine_config(Options(upstream="http://127.0.0.1:1"), live=True)
+sdk_headers, body = _workload.sdk_request("c32", 7)
+raw = [(k.encode(), v.encode()) for k, v in sdk_headers.items()]
+raw += [(b"Host", b"127.0.0.1:5"), (b"Content-Length", str(len(body)).encode())]
+headers = decode_headers(raw)
+session = Session(Run("bench"))
+reply = _upstream.completion()
+whole_head = (
+    ("Content-Type", "application/json; charset=utf-8"),
+    ("Content-Length", str(len(reply))),
+    ("Date", "Wed, 02 Dec 2026 08:00:00 GMT"),
+    ("Server", "Python/3.12 aiohttp/3.13"),
+)
+frames = _upstream.events(64)
+stream_head = (
+    ("Content-Type", "text/event-stream; charset=utf-8"),
+    ("Cache-Control", "no-cache"),
+    ("Transfer-Encoding", "chunked"),
+    ("Date", "Wed, 02 Dec 2026 08:00:00 GMT"),
+    ("Server", "Python/3.12 aiohttp/3.13"),
+)
+rules = config.redaction
+
+
+def t(label: str, fn: Callable[[], object], n: int = 700, per: int = 1) -> None:
+    fn()
+    best = []
+    for _ in range(7):
+        s = time.process_time()
+        for _ in range(n // 7):
+            fn()
+        best.append((time.process_time() - s) / (n // 7))
+    print(f"{label:56s} {min(best) * 1e6 / per:8.1f}")
+
+
+def decided() -> Action:
+    return decide(session, Request("POST", "/v1/chat/completions", headers, body), config)
+
+
+def teed(action: Action, stream: bool) -> Exchange:
+    tee = Tee(action.record, 0.0, redaction=action.redaction)
+    if stream:
+        tee.feed(Head(200, stream_head), 0.001)
+        for frame in frames:
+            tee.feed(Body(frame), 0.002)
+        tee.feed(End(), 0.003)
+    else:
+        tee.feed(Head(200, whole_head), 0.001)
+        tee.feed(Body(reply), 0.002)
+        tee.feed(End(), 0.002)
+    return tee.record
+
+
+def main() -> None:
+    action = decided()
+    whole, stream = teed(action, False), teed(action, True)
+    print("per request (us)")
+    t("decide: whole", decided)
+    t(
+        "  redaction of the request (body, headers)",
+        lambda: rules.request("/v1/chat/completions", headers, body),
+    )
+    t("    secret shapes in the 4 KB body", lambda: shapes.find(body))
+    t("    request headers masked", lambda: action.redaction.headers(headers))
+    t("tee, non-stream answer (head, body, commit)", lambda: teed(action, False))
+    t("  response body masked (1 KB)", lambda: action.redaction.body(reply, whole_head))
+    t("journal pickle (non-stream)", lambda: pickle.dumps(whole, protocol=5))
+    p_whole = pickle.dumps(whole, protocol=5)
+    t("writer: unpickle", lambda: pickle.loads(p_whole))
+
+    def derived(exchange: Exchange) -> None:
+        exchange.summary, exchange.fingerprint = None, ""
+        derive(exchange, config.match)
+
+    t("writer: derive (summary + fingerprint)", lambda: derived(whole))
+    t("  summary", lambda: summarize_exchange(whole))
+    t(
+        "  fingerprint",
+        lambda: matching.fingerprint(
+            whole.method,
+            whole.route,
+            whole.request_body,
+            whole.request_headers,
+            config.match,
+            masked=True,
+        ),
+    )
+    folder = tempfile.mkdtemp(prefix="forkpoint-parts-")
+    store = open_store(str(Path(folder) / "parts.db"))
+    writer = CassetteWriter(store, config.match, kept=None)
+    writer.write([session.run])
+    step = iter(range(10**6))
+
+    def written(exchange: Exchange, n: int = 32) -> None:
+        batch = []
+        for _ in range(n):
+            e = pickle.loads(pickle.dumps(exchange, protocol=5))
+            e.step = next(step)
+            batch.append(e)
+        writer.write(batch)
+
+    t(
+        "writer: unpickle, derive, pack, SQLite (batches of 32)",
+        lambda: written(whole),
+        n=70,
+        per=32,
+    )
+    print("per stream of 64 chunks, per chunk (us)")
+    t("tee, stream (64 chunks, commit)", lambda: teed(action, True), n=140, per=64)
+    t(
+        "  stream masked at its end",
+        lambda: action.redaction.chunks(stream.chunks, stream_head),
+        n=140,
+        per=64,
+    )
+    t("journal pickle (stream)", lambda: pickle.dumps(stream, protocol=5), n=140, per=64)
+    t("writer: summary of the stream", lambda: summarize_exchange(stream), n=140, per=64)
+    t("writer: unpickle, derive, pack, SQLite", lambda: written(stream, 8), n=35, per=64 * 8)
+    store.close()
+    shutil.rmtree(folder)
+
+
+if __name__ == "__main__":
+    main()
