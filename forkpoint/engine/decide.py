@@ -168,7 +168,7 @@ def _decided(
             masked=True,
         )  # fmt: skip
     if not session.live:
-        if (session.fork_step is not None and step >= session.fork_step) or (
+        if (session.fork_step is not None and step - session.early >= session.fork_step) or (
             session.mode is Mode.RESUME and session.exhausted
         ):
             session.go_live(step)
@@ -181,7 +181,7 @@ def _decided(
         elif (stream := mcp.unrecorded_stream(request.method, route, request.headers)) is not None:
             return _empty_success(session, request, record, stream)
         elif session.made_after_fork(_asked(record, config)):
-            pass  # made sooner than in the parent (a concurrent side call): past the fork, live
+            session.early += 1  # made sooner than in the parent (a side call): live
         elif session.on_divergence is OnDivergence.LIVE:
             session.go_live(step)
         elif session.on_divergence is not OnDivergence.NEW_EPISODES:

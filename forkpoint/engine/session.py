@@ -54,6 +54,9 @@ class Session:
     _servable: Servable | None = None
     _match: MatchConfig | None = None
     _after_fork: Servable | None = None  # a fork's parent from its fork step, on first need
+    # Requests the parent made at or after the fork step that the fork made sooner (side
+    # calls): they took step numbers of the prefix, which ends that many steps later
+    early: int = 0
     _append: int = 0  # a resume's next step to write
     # What of its change touched a request: "model", "system_prompt", "patch" (`engine.changes`)
     applied: set[str] = field(default_factory=set)

@@ -256,6 +256,23 @@ def test_a_side_call_a_fork_makes_sooner_than_its_parent_goes_live():
     assert isinstance(decide(session, post("/v1/chat/completions", chat("second")), CONFIG), Serve)
 
 
+def test_side_calls_made_sooner_do_not_move_the_fork_step_earlier():
+    """Found by CI with Codex under --intercept: two plugin fetches the parent made after its
+    fork step came sooner in the fork, so the fork's own step count reached the fork step one
+    model call early; that call went live (re-spent) and the fork ended with it unserved."""
+    parent = recorded_run(
+        chat("first"), chat("second"), chat("third"), chat("side one"), chat("side two")
+    )
+    session = Session.fork(Run("child", mode=Mode.FORK, parent_id="rec"), parent, CONFIG, at=3)
+    for asked in ("first", "side one", "second", "side two", "third"):
+        action = decide(session, post("/v1/chat/completions", chat(asked)), CONFIG)
+        assert isinstance(action, Forward if asked.startswith("side") else Serve), asked
+    assert not session.live
+    after = decide(session, post("/v1/chat/completions", chat("fourth")), CONFIG)
+    assert isinstance(after, Forward) and session.live
+    assert session.replayed().unserved == ()
+
+
 def test_a_request_the_parent_never_made_before_the_fork_step_still_diverges():
     parent = recorded_run(chat("first"), chat("second"), chat("third"))
     session = Session.fork(Run("child", mode=Mode.FORK, parent_id="rec"), parent, CONFIG, at=2)
