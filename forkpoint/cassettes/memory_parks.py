@@ -66,18 +66,26 @@ class MemoryParks:
             return copy.deepcopy(self._launches.get(run_id))
 
     def park(self, park: Park) -> None:
+        self._insert_park(park, parking=True)
+
+    def add_park(self, park: Park) -> None:
+        self._insert_park(park, parking=False)
+
+    def _insert_park(self, park: Park, *, parking: bool) -> None:
         with self._lock:
             self._open()
             run = self._run(park.run_id)
             key = (park.run_id, park.step)
-            if key in self._parks or park.step in self._exchanges.get(park.run_id, {}):
+            recorded = park.step in self._exchanges.get(park.run_id, {})
+            if key in self._parks or (parking and recorded):
                 raise AlreadyRecorded(
                     f"{self.label} already holds run {park.run_id} step {park.step}, parked or "
                     "answered: it is never rewritten",
                     run_id=park.run_id, step=park.step,
                 )  # fmt: skip
             self._parks[key] = copy.deepcopy(park)
-            run.status, run.ended_at = RunStatus.PARKED, None
+            if parking:
+                run.status, run.ended_at = RunStatus.PARKED, None
 
     def parked(self, run_id: str) -> Park | None:
         with self._lock:
@@ -85,6 +93,12 @@ class MemoryParks:
             waiting = [p for (r, _), p in self._parks.items() if r == run_id and p.state in PENDING]
             newest = max(waiting, key=lambda p: p.step, default=None)
             return copy.deepcopy(newest)
+
+    def run_parks(self, run_id: str) -> list[Park]:
+        with self._lock:
+            self._open()
+            mine = [p for (r, _), p in self._parks.items() if r == run_id]
+            return copy.deepcopy(sorted(mine, key=lambda p: p.step))
 
     def last_park(self, run_id: str) -> Park | None:
         with self._lock:

@@ -62,6 +62,12 @@ class ParkSql:
             (run_id,),
         )
 
+    def of_run(self, conn: Sql, run_id: str) -> list[Row]:
+        """Every park of the run, by step."""
+        return self._rows(
+            conn, f"SELECT {_PARKS} FROM parks WHERE run_id = ? ORDER BY step", (run_id,)
+        )
+
     def pending(self, conn: Sql, run_id: str) -> list[Row]:
         """The run's newest park not woken (a key read: a run has few parks)."""
         return self._rows(

@@ -205,6 +205,16 @@ class ParkStore(Protocol):
         an unknown run is RunNotFound."""
         ...
 
+    def add_park(self, park: Park) -> None:
+        """Keep a park as another store held it (`copy_runs`): its state, times and who
+        answered as they are, the run's status untouched (it was copied with the run). Raises
+        AlreadyRecorded when the run has a park at that step; an unknown run is RunNotFound."""
+        ...
+
+    def run_parks(self, run_id: str) -> list[Park]:
+        """Every park of the run, whatever its state, by step (what `copy_runs` carries)."""
+        ...
+
     def parked(self, run_id: str) -> Park | None:
         """The run's newest park not yet woken (parked, answered or waking), else None."""
         ...

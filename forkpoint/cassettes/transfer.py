@@ -4,8 +4,9 @@ A production run captured by `forkpoint serve` becomes a test cassette with `dum
 cassette that vcrpy recorded, or a HAR from a browser, becomes a run to replay with
 `read_file_run` then `import_file`: read an exchange at a time and written in batches, all in
 one transaction, so its memory does not grow with the file and a file that fails part-way
-leaves the store as it was. `copy_runs` moves runs as they are (ids, steps, bytes,
-snapshots) from one store to another: an SQLite file to PostgreSQL and back.
+leaves the store as it was. `copy_runs` moves runs as they are (ids, steps, bytes, snapshots,
+parks and how to wake them) from one store to another: an SQLite file to PostgreSQL and back.
+A file holds exchanges only: a parked run exported waits on nothing once imported.
 """
 
 from __future__ import annotations
@@ -141,9 +142,9 @@ def copy_runs(
     source: Store, target: Store, refs: Sequence[str] = ()
 ) -> Iterator[tuple[Run, int | None]]:
     """Copy the runs `refs` name (every run if none), each with the runs it was forked or
-    replayed from, oldest first, as they are: same ids, steps, bytes (bodies' pieces too) and
-    snapshots. Yields each
-    run with its step count, or None for a run the target holds already (never rewritten)."""
+    replayed from, oldest first, as they are: same ids, steps, bytes (bodies' pieces too),
+    snapshots, parks and launches. Yields each run with its step count, or None for a run the
+    target holds already (never rewritten)."""
     chosen = [source.find_run(ref) for ref in refs] if refs else source.list_runs()
     runs: dict[str, Run] = {}
     for run in chosen:
@@ -174,6 +175,11 @@ def copy_runs(
             target.add_exchanges(batch)
         for snapshot in source.snapshots(run.id, data=True):
             target.add_snapshot(snapshot)
+        for park in source.run_parks(run.id):  # a parked run stays answerable and wakes
+            target.add_park(park)
+        launch = source.launch(run.id)
+        if launch is not None:
+            target.set_launch(launch)
         yield run, len(exchanges)
 
 

@@ -10,8 +10,10 @@ import httpx
 from forkpoint.cassettes.open import open_store
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.engine.config import EngineConfig, Routes
-from forkpoint.models import Run, Snapshot
+from forkpoint.models import Launch, Park, Run, RunStatus, Snapshot
 from forkpoint.runtime.proxy import ProxyThread
+from tests.cassettes.test_contract import conversation, exchange
+from tests.cassettes.test_contract_parks import answer_to, pending
 from tests.pg import postgres_url as postgres_url  # the fixture
 from tests.runner import forkpoint
 
@@ -88,6 +90,33 @@ def test_a_copy_brings_a_forks_parent_and_rewrites_nothing(postgres_url: str, tm
     assert target.get_run("01PARENT").name == "theirs"  # left as it was
     assert target.get_run("01CHILD").parent_id == "01PARENT"
     target.close()
+
+
+def test_a_parked_run_copied_stays_parked_answerable_and_wakeable(
+    postgres_url: str, tmp_path: Path
+):
+    """Before, `copy` left a parked run's park and launch behind: the copy said `parked` and
+    waited on nothing (an answer was refused, nothing could wake it)."""
+    source = SqliteStore(tmp_path / "s.db")
+    source.create_run(Run("01PARKED"))
+    source.add_exchanges([exchange(0, conversation(0), run_id="01PARKED")])
+    park = Park(pending("01PARKED", 1), "rule 'POST /approvals*'", deadline=4102444800.0)
+    source.park(park)
+    launch = Launch("01PARKED", ("python", "agent.py"), str(tmp_path), needs=("OPENAI_API_KEY",))
+    source.set_launch(launch)
+    source.close()
+    done = forkpoint("copy", tmp_path / "s.db", postgres_url)
+    assert done.returncode == 0, done.stderr
+    target = open_store(postgres_url)
+    try:
+        assert target.get_run("01PARKED").status is RunStatus.PARKED
+        assert target.parked("01PARKED") == park and target.launch("01PARKED") == launch
+        target.answer(answer_to(park), by="cli")
+        assert target.claim_wake("01PARKED", 1, by="waker")
+    finally:
+        target.close()
+    listed = forkpoint("runs", "--status", "parked", cassette=tmp_path / "s.db")
+    assert "01PARKED" in listed.stdout  # the source keeps its own, untouched
 
 
 def test_copy_from_nowhere_is_a_clear_error(tmp_path: Path):

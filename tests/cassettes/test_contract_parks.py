@@ -3,6 +3,7 @@ alike, each transition made exactly once however many writers try it at once."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -256,6 +257,38 @@ def test_a_runs_newest_park_is_read_whatever_its_state(store: Store):
     store.park(again)
     assert store.last_park("r1") == again
     assert store.last_park("never parked") is None
+
+
+def test_a_park_added_as_another_store_held_it_keeps_its_state(store: Store):
+    """`copy_runs` carries parks: each as it was (woken, answered, parked), the run's status
+    as copied with it; a step parked already is never rewritten."""
+    parked_run(store, "src")
+    first = store.parked("src")
+    assert first is not None
+    store.answer(answer_to(first), by="cli alice")
+    store.claim_wake("src", 2, by="waker")
+    store.woke("src", 2)
+    store.add_exchanges([exchange(3, conversation(3), run_id="src")])
+    store.park(Park(pending("src", 4), "upstream api.x.com after 30s", deadline=99.5))
+    held = store.run_parks("src")
+    assert [(p.step, p.state) for p in held] == [(2, ParkState.WOKEN), (4, ParkState.PARKED)]
+    store.create_run(Run("copy", status=RunStatus.FINISHED))
+    store.add_exchanges([exchange(2, conversation(2), run_id="copy")])  # the answer, copied
+    for park in held:
+        request = dataclasses.replace(park.request, run_id="copy")
+        store.add_park(dataclasses.replace(park, request=request))
+    copied = store.run_parks("copy")
+    assert [(p.step, p.state, p.answered_by, p.deadline, p.waits_on) for p in copied] == [
+        (p.step, p.state, p.answered_by, p.deadline, p.waits_on) for p in held
+    ]
+    assert copied[1].request.request_body == held[1].request.request_body
+    assert store.get_run("copy").status is RunStatus.FINISHED  # as copied, not re-marked
+    assert store.parked("copy") == copied[1] and store.last_park("copy") == copied[1]
+    with pytest.raises(AlreadyRecorded):
+        store.add_park(copied[0])
+    with pytest.raises(RunNotFound):
+        store.add_park(dataclasses.replace(held[1], request=pending("nowhere", 4)))
+    assert store.run_parks("never parked") == []
 
 
 def test_parks_past_their_deadline_are_due_soonest_first(store: Store):

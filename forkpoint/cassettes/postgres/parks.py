@@ -96,6 +96,14 @@ class PostgresParks(PostgresRuns):
         return None if row is None else launch_from_row(row)
 
     def park(self, park: Park) -> None:
+        self._insert_park(park, parking=True)
+
+    def add_park(self, park: Park) -> None:
+        self._insert_park(park, parking=False)
+
+    def _insert_park(self, park: Park, *, parking: bool) -> None:
+        """Store `park`; `parking` a new one: its step holds no exchange yet, and the run is
+        marked parked in the same transaction."""
         new: dict[str, BlobRow] = {}
         manifest = self._packer.pack(park.request.request_body, None, new, self._stored)
         values = named(park_values(park, manifest))
@@ -107,7 +115,7 @@ class PostgresParks(PostgresRuns):
 
         def work(conn: psycopg.Connection) -> None:
             self._sql.run_status(conn, run_id)
-            if self._sql.has_exchange(conn, run_id, step):
+            if parking and self._sql.has_exchange(conn, run_id, step):
                 raise taken
             with conn.cursor() as cursor:
                 cursor.executemany(_BLOB, blob_values(new.values()))
@@ -119,23 +127,26 @@ class PostgresParks(PostgresRuns):
                         )
                 except errors.UniqueViolation:
                     raise taken from None
-            self._sql.mark_parked(conn, run_id)
+            if parking:
+                self._sql.mark_parked(conn, run_id)
 
         self._db.run(work, write=True)
         self._packer.committed(new.values())
 
     def parked(self, run_id: str) -> Park | None:
-        return self._one_park(self._sql.pending, run_id)
+        return next(iter(self._run_parks(self._sql.pending, run_id)), None)
 
     def last_park(self, run_id: str) -> Park | None:
-        return self._one_park(self._sql.newest, run_id)
+        return next(iter(self._run_parks(self._sql.newest, run_id)), None)
 
-    def _one_park(self, rows: Callable[[Any, str], Any], run_id: str) -> Park | None:
-        """The park `rows` finds for the run (its pending one, its newest), if any."""
+    def run_parks(self, run_id: str) -> list[Park]:
+        return self._run_parks(self._sql.of_run, run_id)
+
+    def _run_parks(self, rows: Callable[[Any, str], Any], run_id: str) -> list[Park]:
+        """The parks `rows` finds for the run (its pending one, its newest, all of them)."""
         if not self._has_parks():
-            return None
-        found = self._db.run(lambda conn: parks_from_rows(rows(conn, run_id), self._fetcher(conn)))
-        return found[0] if found else None
+            return []
+        return self._db.run(lambda conn: parks_from_rows(rows(conn, run_id), self._fetcher(conn)))
 
     def parks(
         self,

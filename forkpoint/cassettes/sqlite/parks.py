@@ -58,13 +58,21 @@ class SqliteParks(SqliteRuns):
         return None if row is None else launch_from_row(row)
 
     def park(self, park: Park) -> None:
+        self._insert_park(park, parking=True)
+
+    def add_park(self, park: Park) -> None:
+        self._insert_park(park, parking=False)
+
+    def _insert_park(self, park: Park, *, parking: bool) -> None:
+        """Store `park`; `parking` a new one: its step holds no exchange yet, and the run is
+        marked parked in the same transaction."""
         new: dict[str, BlobRow] = {}
         manifest = self._packer.pack(park.request.request_body, None, new, self._stored)
         values = park_values(park, manifest, compact=True)
         with self._db.writing() as conn:
             self._sql.run_status(conn, park.run_id)
-            if self._sql.park(conn, park.run_id, park.step) or self._sql.has_exchange(
-                conn, park.run_id, park.step
+            if self._sql.park(conn, park.run_id, park.step) or (
+                parking and self._sql.has_exchange(conn, park.run_id, park.step)
             ):
                 raise AlreadyRecorded(
                     f"{self.path} already holds run {park.run_id} step {park.step}, parked or "
@@ -75,22 +83,25 @@ class SqliteParks(SqliteRuns):
             columns = ", ".join(PARK_COLUMNS)
             conn.execute(f"INSERT INTO parks ({columns}) VALUES ({_marks(values)})",
                          named(values, namer))  # fmt: skip
-            self._sql.mark_parked(conn, park.run_id)
+            if parking:
+                self._sql.mark_parked(conn, park.run_id)
         self._packer.committed(new.values(), namer.numbers)
 
     def parked(self, run_id: str) -> Park | None:
-        return self._one_park(self._sql.pending, run_id)
+        return next(iter(self._run_parks(self._sql.pending, run_id)), None)
 
     def last_park(self, run_id: str) -> Park | None:
-        return self._one_park(self._sql.newest, run_id)
+        return next(iter(self._run_parks(self._sql.newest, run_id)), None)
 
-    def _one_park(self, rows: Callable[[Any, str], Any], run_id: str) -> Park | None:
-        """The park `rows` finds for the run (its pending one, its newest), if any."""
+    def run_parks(self, run_id: str) -> list[Park]:
+        return self._run_parks(self._sql.of_run, run_id)
+
+    def _run_parks(self, rows: Callable[[Any, str], Any], run_id: str) -> list[Park]:
+        """The parks `rows` finds for the run (its pending one, its newest, all of them)."""
         if not self._has_parks():
-            return None
+            return []
         with self._db.reading() as conn:
-            found = parks_from_rows(rows(conn, run_id), self._fetcher(conn))
-        return found[0] if found else None
+            return parks_from_rows(rows(conn, run_id), self._fetcher(conn))
 
     def parks(
         self,

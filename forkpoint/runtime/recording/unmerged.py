@@ -319,6 +319,12 @@ class Unmerged:
     def park(self, park: Park) -> None:
         self.store.park(park)
 
+    def add_park(self, park: Park) -> None:
+        self.store.add_park(park)
+
+    def run_parks(self, run_id: str) -> list[Park]:
+        return self.store.run_parks(run_id)
+
     def parked(self, run_id: str) -> Park | None:
         return self.store.parked(run_id)
 
