@@ -141,12 +141,17 @@ def children_of(pid: int) -> list[int]:
 def test_ctrl_c_under_load_commits_everything_the_writer_process_took(upstream, tmp_path):
     cassette = tmp_path / "busy.db"
     process, url = start_serve(cassette, upstream.url, own_group=True)
+    sent = 0
     try:
-        asyncio.run(burst(url, "busy", 400))
+        # The proxy moves its writing to a process past PROMOTE_AT exchanges a second, which
+        # a machine busy with other tests may not reach in one burst: another, until it does.
+        while sent < 2000 and (sent < 400 or not children_of(process.pid)):
+            asyncio.run(burst(url, "busy", 200))
+            sent += 200
         assert children_of(process.pid), "no writer process under load"
     finally:
         assert stop(process, group=True) == 0
     store = SqliteStore(cassette)
     assert store.get_run("busy").status is RunStatus.FINISHED
-    assert [e.step for e in store.exchanges("busy", bodies=False)] == list(range(400))
+    assert [e.step for e in store.exchanges("busy", bodies=False)] == list(range(sent))
     store.close()
