@@ -9,7 +9,7 @@ Written once with `?` for a parameter; `ParkSql` puts the store's own mark in it
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from forkpoint.cassettes.park_rows import (
@@ -22,7 +22,7 @@ from forkpoint.cassettes.park_rows import (
     states_of,
 )
 from forkpoint.errors import RunNotFound
-from forkpoint.models import ParkState, RunStatus
+from forkpoint.models import Park, ParkState, RunStatus
 
 _PARKS = ", ".join(PARK_COLUMNS)
 _LAUNCHES = ", ".join(LAUNCH_COLUMNS)
@@ -219,3 +219,33 @@ class ParkSql:
             f"SELECT run_id, step FROM parks WHERE {STATE_WHERE[ParkState.ANSWERED]} "
             "ORDER BY run_id, step",
         )
+
+
+class SqlParks:
+    """The park verbs both SQL stores share, over each store's own write and read of parks."""
+
+    _sql: ParkSql
+
+    def park(self, park: Park) -> None:
+        self._insert_park(park, parking=True)
+
+    def add_park(self, park: Park) -> None:
+        self._insert_park(park, parking=False)
+
+    def parked(self, run_id: str) -> Park | None:
+        return next(iter(self._run_parks(self._sql.pending, run_id)), None)
+
+    def last_park(self, run_id: str) -> Park | None:
+        return next(iter(self._run_parks(self._sql.newest, run_id)), None)
+
+    def run_parks(self, run_id: str) -> list[Park]:
+        return self._run_parks(self._sql.of_run, run_id)
+
+    def _insert_park(self, park: Park, *, parking: bool) -> None:
+        """Store `park`; `parking` a new one: its step holds no exchange yet, and the run is
+        marked parked in the same transaction."""
+        raise NotImplementedError
+
+    def _run_parks(self, rows: Callable[[Sql, str], list[Row]], run_id: str) -> list[Park]:
+        """The parks `rows` finds for the run (its pending one, its newest, all of them)."""
+        raise NotImplementedError

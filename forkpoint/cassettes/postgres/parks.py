@@ -30,7 +30,7 @@ from forkpoint.cassettes.park_rows import (
     parks_from_rows,
     states_of,
 )
-from forkpoint.cassettes.park_sql import ParkSql
+from forkpoint.cassettes.park_sql import ParkSql, SqlParks
 from forkpoint.cassettes.postgres.runs import PostgresRuns, blob_values
 from forkpoint.cassettes.rows import EXCHANGE_COLUMNS, exchange_rows, named
 from forkpoint.cassettes.store import WAKE_LEASE
@@ -46,7 +46,7 @@ _EXCHANGES = ", ".join(EXCHANGE_COLUMNS)
 _BLOB = "INSERT INTO blobs VALUES (%s,%s,%s,%s) ON CONFLICT (hash) DO NOTHING"
 
 
-class PostgresParks(PostgresRuns):
+class PostgresParks(PostgresRuns, SqlParks):
     """The runs' store with parks: its pool, packer and blobs are theirs."""
 
     location: str
@@ -95,15 +95,7 @@ class PostgresParks(PostgresRuns):
         row = self._db.run(lambda conn: self._sql.launch(conn, run_id))
         return None if row is None else launch_from_row(row)
 
-    def park(self, park: Park) -> None:
-        self._insert_park(park, parking=True)
-
-    def add_park(self, park: Park) -> None:
-        self._insert_park(park, parking=False)
-
     def _insert_park(self, park: Park, *, parking: bool) -> None:
-        """Store `park`; `parking` a new one: its step holds no exchange yet, and the run is
-        marked parked in the same transaction."""
         new: dict[str, BlobRow] = {}
         manifest = self._packer.pack(park.request.request_body, None, new, self._stored)
         values = named(park_values(park, manifest))
@@ -133,17 +125,7 @@ class PostgresParks(PostgresRuns):
         self._db.run(work, write=True)
         self._packer.committed(new.values())
 
-    def parked(self, run_id: str) -> Park | None:
-        return next(iter(self._run_parks(self._sql.pending, run_id)), None)
-
-    def last_park(self, run_id: str) -> Park | None:
-        return next(iter(self._run_parks(self._sql.newest, run_id)), None)
-
-    def run_parks(self, run_id: str) -> list[Park]:
-        return self._run_parks(self._sql.of_run, run_id)
-
     def _run_parks(self, rows: Callable[[Any, str], Any], run_id: str) -> list[Park]:
-        """The parks `rows` finds for the run (its pending one, its newest, all of them)."""
         if not self._has_parks():
             return []
         return self._db.run(lambda conn: parks_from_rows(rows(conn, run_id), self._fetcher(conn)))

@@ -20,7 +20,7 @@ from forkpoint.cassettes.park_rows import (
     parks_from_rows,
     states_of,
 )
-from forkpoint.cassettes.park_sql import ParkSql
+from forkpoint.cassettes.park_sql import ParkSql, SqlParks
 from forkpoint.cassettes.rows import exchange_rows, named
 from forkpoint.cassettes.sqlite.runs import SqliteRuns
 from forkpoint.cassettes.store import WAKE_LEASE
@@ -33,7 +33,7 @@ PARKS_FROM = 11
 POLL = 0.05
 
 
-class SqliteParks(SqliteRuns):
+class SqliteParks(SqliteRuns, SqlParks):
     """The runs' store with parks: its connection, packer and exchange writes are theirs."""
 
     def _init_parks(self) -> None:
@@ -57,15 +57,7 @@ class SqliteParks(SqliteRuns):
             row = self._sql.launch(conn, run_id)
         return None if row is None else launch_from_row(row)
 
-    def park(self, park: Park) -> None:
-        self._insert_park(park, parking=True)
-
-    def add_park(self, park: Park) -> None:
-        self._insert_park(park, parking=False)
-
     def _insert_park(self, park: Park, *, parking: bool) -> None:
-        """Store `park`; `parking` a new one: its step holds no exchange yet, and the run is
-        marked parked in the same transaction."""
         new: dict[str, BlobRow] = {}
         manifest = self._packer.pack(park.request.request_body, None, new, self._stored)
         values = park_values(park, manifest, compact=True)
@@ -87,17 +79,7 @@ class SqliteParks(SqliteRuns):
                 self._sql.mark_parked(conn, park.run_id)
         self._packer.committed(new.values(), namer.numbers)
 
-    def parked(self, run_id: str) -> Park | None:
-        return next(iter(self._run_parks(self._sql.pending, run_id)), None)
-
-    def last_park(self, run_id: str) -> Park | None:
-        return next(iter(self._run_parks(self._sql.newest, run_id)), None)
-
-    def run_parks(self, run_id: str) -> list[Park]:
-        return self._run_parks(self._sql.of_run, run_id)
-
     def _run_parks(self, rows: Callable[[Any, str], Any], run_id: str) -> list[Park]:
-        """The parks `rows` finds for the run (its pending one, its newest, all of them)."""
         if not self._has_parks():
             return []
         with self._db.reading() as conn:
