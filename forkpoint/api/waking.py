@@ -30,9 +30,9 @@ from forkpoint.api.commands import open_resume, outcome, start_agent
 from forkpoint.api.env import agent_env
 from forkpoint.api.options import Options
 from forkpoint.api.parking import launch_options
-from forkpoint.doors.gateway import RUN_PREFIX
 from forkpoint.doors.parking import GRACE
 from forkpoint.doors.reach import TOKEN_PREFIX
+from forkpoint.doors.targets import RUN_PREFIX
 from forkpoint.engine.session import Session
 from forkpoint.errors import ForkpointError
 from forkpoint.models import Launch, RunStatus

@@ -144,7 +144,7 @@ class LocalDoor:
             incoming = Incoming(method, routed.route, headers, body)
             decided = self._gateway.decided_here(incoming, routed.config, routed.run_id)
         if decided is not None:
-            commands = self._gateway.served_here(decided.action, routed.config, started)
+            commands = self._gateway.carrier.served_here(decided.action, routed.config, started)
             if commands is not None:
                 return self._carried_out(commands, reply)
         return self._start(reply, method, routed, headers, body, started, decided)

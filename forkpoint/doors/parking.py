@@ -25,6 +25,7 @@ from aiohttp import web
 
 from forkpoint.cassettes.store import ParkStore
 from forkpoint.doors.ports import Recorder, Snapshots
+from forkpoint.doors.replies import Reply
 from forkpoint.engine.decide import Await, Forward, error_reply
 from forkpoint.engine.lifecycle import Event, Tee
 from forkpoint.engine.parking import Parking, waits_on_upstream
@@ -40,18 +41,6 @@ GRACE = 5.0
 
 class Store(ParkStore, Protocol):
     def number(self, run_id: str, tickets: list[int]) -> dict[int, int]: ...
-
-
-class Reply(Protocol):
-    """`gateway.Reply`, which this module may not import (the gateway imports it)."""
-
-    response: web.StreamResponse | None
-
-    async def head(self, status: int, headers: Headers) -> None: ...
-    async def body(self, data: bytes) -> None: ...
-    async def end(self) -> None: ...
-    def drop(self) -> None: ...
-    async def whole(self, status: int, headers: Headers, body: bytes) -> None: ...
 
 
 class Parker:
