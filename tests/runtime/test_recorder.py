@@ -25,6 +25,7 @@ from forkpoint.cassettes.memory import MemoryStore
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.engine.matching import MatchConfig, fingerprint
 from forkpoint.models import Blob, Exchange, Piece, Run, Snapshot
+from forkpoint.runtime import collector
 from forkpoint.runtime.loop_thread import LoopThread
 from forkpoint.runtime.recording.journaled import Journaled, held_exchanges, merge_orphans
 from forkpoint.runtime.recording.process import (
@@ -193,6 +194,22 @@ def test_the_writer_process_yields_the_cpu_to_the_proxy(store, run):
     while os.getpriority(os.PRIO_PROCESS, pid) <= os.nice(0) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert os.getpriority(os.PRIO_PROCESS, pid) > os.nice(0)
+
+
+def test_the_writer_process_collects_garbage_as_the_proxy_does():
+    """Its items are freed by reference counting: the young generation is collected every
+    `collector.YOUNG` allocations, not every 700 (tuned before it reads its input)."""
+    script = (
+        "import gc; from forkpoint.runtime.recording import child; child.main(); "
+        "print(gc.get_threshold()[0])"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True,
+        text=True, timeout=60, cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == collector.YOUNG
 
 
 def test_ctrl_c_leaves_the_writer_process_writing(store, run):

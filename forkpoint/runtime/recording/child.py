@@ -22,10 +22,14 @@ import struct
 import sys
 import time
 
+from forkpoint.runtime import collector
+
 HEADER = struct.Struct("!Q")
 # Under load, how often the child commits (seconds), and how many items one commit takes at
-# most. Waiting risks nothing: until acknowledged, the proxy keeps every item it sent.
-COMMIT_EVERY = 0.02
+# most. Waiting risks nothing: until acknowledged, the proxy keeps every item it sent (and its
+# journal, which readers read, holds them). A commit costs a few hundred µs of its own: at
+# c=32, 20 ms made batches of a dozen, 50 ms of thirty or more (benchmarks/README.md).
+COMMIT_EVERY = 0.05
 MAX_BATCH = 256
 NICENESS = 10
 HELD = 75  # EX_TEMPFAIL: the store takes no writes now
@@ -86,6 +90,9 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Writing is background work: when the CPUs are short, the proxy's live traffic goes first.
     os.nice(NICENESS)
+    # Each item unpickled, derived and packed is a few hundred objects freed by reference
+    # counting, never a cycle: the young generation's default threshold collected every few.
+    collector.tune()
     logging.basicConfig(format="%(message)s", level=logging.WARNING)
     frames = FrameReader(sys.stdin.fileno())
     setup = frames.next()
