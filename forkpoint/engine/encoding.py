@@ -37,6 +37,8 @@ __all__ = [
 # What a reader of a body (matching, summary, redaction) decodes at most: well above any real
 # request (a prompt with images is a few MB), far below a bomb's expansion.
 DECODE_LIMIT = 32 * 2**20
+# A body's value not read yet: what a reader that may be handed one gets by default.
+UNREAD: object = object()
 
 
 class UndecodableBody(ValueError):

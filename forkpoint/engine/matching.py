@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import orjson
 
 from forkpoint.engine import fields, generated, mcp, multipart
-from forkpoint.engine.encoding import UndecodableBody, decode_body, header
+from forkpoint.engine.encoding import UNREAD, UndecodableBody, decode_body, header
 from forkpoint.engine.generated import DIGEST
 from forkpoint.engine.optional import DEFAULT_OPTIONAL
 from forkpoint.engine.pieces import Eraser, in_pieces
@@ -113,9 +113,12 @@ def fingerprint(
     config: MatchConfig = MatchConfig(),
     *,
     masked: bool = False,
+    parsed: Any = UNREAD,
 ) -> str:
     """What a request is matched by, whatever its body's Content-Encoding: its method, route
-    and normalized body, secrets masked (`masked`: they are already, as decide records it)."""
+    and normalized body, secrets masked (`masked`: they are already, as decide records it).
+    `parsed`: with `masked`, the JSON value of `body` as it is (it has no Content-Encoding),
+    where the caller read it already (`engine.derive`); a user's normalizer may change it."""
     if not masked:
         body = config.redaction.body(body, headers)
     if in_pieces(headers, body):  # as the door reads it as it passes
@@ -123,7 +126,10 @@ def fingerprint(
         passing.update(body)
         return passing.hexdigest()
     encoding = header(headers, "content-encoding")
-    value = body_value(body, encoding, header(headers, "content-type"))
+    if masked and parsed is not UNREAD and parsed is not None:
+        value = parsed
+    else:
+        value = body_value(body, encoding, header(headers, "content-type"))
     if value is None and config.normalizers:  # a text body is normalized as text
         value = _text(body, encoding)
     canonical = None if value is None else _canonical(normalized_body(method, route, value, config))

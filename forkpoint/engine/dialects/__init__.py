@@ -24,7 +24,7 @@ from forkpoint.engine.dialects.openai_chat import OpenAIChat
 from forkpoint.engine.dialects.openai_completions import OpenAICompletions
 from forkpoint.engine.dialects.openai_embeddings import OpenAIEmbeddings
 from forkpoint.engine.dialects.openai_responses import OpenAIResponses
-from forkpoint.engine.encoding import UndecodableBody, decode_body, header
+from forkpoint.engine.encoding import UNREAD, UndecodableBody, decode_body, header
 from forkpoint.engine.frames import WS, sse_of
 from forkpoint.models import Exchange, Headers, Summary
 
@@ -115,15 +115,18 @@ def is_model_api(dialect: Dialect) -> bool:
     return dialect is not GENERIC and dialect is not MCP
 
 
-def summarize_exchange(exchange: Exchange) -> Summary:
+def summarize_exchange(exchange: Exchange, request_json: object = UNREAD) -> Summary:
     """Summarize a recorded exchange; never raises.
 
     Bodies are decoded leniently: a cut-off compressed stream yields what arrived, and a body
     that cannot be decoded at all is read as empty, so the summary keeps what the rest tells.
+    `request_json`: the request body's JSON value (None: not JSON) where the caller has read
+    it already (`engine.derive`, which hands the same value to the fingerprint).
     """
     request_body = _decoded(exchange.request_body, exchange.request_headers)
     dialect = dialect_of(exchange.method, urlsplit(exchange.route).path, request_body)
-    request_json = _read.loads(request_body) if request_body else None
+    if request_json is UNREAD:
+        request_json = _read.loads(request_body) if request_body else None
     form = _form(request_body, header(exchange.request_headers, "content-type")) if (
         request_json is None and dialect is not GENERIC
     ) else None
