@@ -25,7 +25,9 @@ import _upstream
 import _workload
 
 from forkpoint.api import Options, engine_config
+from forkpoint.cassettes.manifests import Packer
 from forkpoint.cassettes.open import open_store
+from forkpoint.cassettes.rows import exchange_rows
 from forkpoint.engine import matching, shapes
 from forkpoint.engine.decide import Action, Request, decide
 from forkpoint.engine.derive import derive
@@ -91,6 +93,52 @@ def teed(action: Action, stream: bool) -> Exchange:
     return tee.record
 
 
+def distinct(writer: CassetteWriter, count: int = 512) -> None:
+    """The writer's parts for exchanges whose requests all differ (as gateway.py's do: each
+    body is new, so it is hashed, compressed alone and against its run's keyframes), by batch
+    size; the same request again and again packs nothing new. One pass warms up."""
+    first, steps = 1000, iter(range(10**6, 10**7))  # after those written above
+    for size in (32, 1, 8, 32, 128):
+        pickles = []
+        for index in range(first, first + count):
+            _, sdk_body = _workload.sdk_request("c32", index)
+            asked = decide(session, Request("POST", "/v1/chat/completions", headers, sdk_body),
+                           config)  # fmt: skip
+            pickles.append(pickle.dumps(teed(asked, False), protocol=5))
+        first += count
+        parts = {"unpickle": 0.0, "derive": 0.0, "pack": 0.0, "whole": 0.0}
+        for start in range(0, count, size):
+            begun = time.process_time()
+            batch = [pickle.loads(p) for p in pickles[start : start + size]]
+            parts["unpickle"] += time.process_time() - begun
+            for exchange in batch:
+                exchange.step = next(steps)
+            copies = [pickle.loads(p) for p in pickles[start : start + size]]
+            begun = time.process_time()
+            for exchange in copies:
+                derive(exchange, config.match)
+            parts["derive"] += time.process_time() - begun
+            begun = time.process_time()
+            new, _ = exchange_rows(copies, packer, lambda digest: False)
+            packer.committed(new.values())  # as the store's packer learns after its commit
+            parts["pack"] += time.process_time() - begun
+            begun = time.process_time()
+            writer.write(batch)
+            parts["whole"] += time.process_time() - begun
+        if first == 1000 + count:
+            continue  # the warm-up
+        per = {name: spent * 1e6 / count for name, spent in parts.items()}
+        sqlite = per["whole"] - per["derive"] - per["pack"]
+        print(
+            f"  batches of {size:3d}: unpickle {per['unpickle']:5.1f}, derive "
+            f"{per['derive']:5.1f}, pack {per['pack']:5.1f}, SQLite {sqlite:5.1f}; "
+            f"write {per['whole']:5.1f}"
+        )
+
+
+packer = Packer(compact=True)
+
+
 def main() -> None:
     action = decided()
     whole, stream = teed(action, False), teed(action, True)
@@ -145,6 +193,8 @@ def main() -> None:
         n=70,
         per=32,
     )
+    print("per request, each a new one as in gateway.py (us)")
+    distinct(writer)
     print("per stream of 64 chunks, per chunk (us)")
     t("tee, stream (64 chunks, commit)", lambda: teed(action, True), n=140, per=64)
     t(
