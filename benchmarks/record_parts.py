@@ -3,8 +3,9 @@
 The parts of one exchange of benchmarks/gateway.py's `sdk` workload (a 4 KB request with the
 openai SDK's headers; a 1 KB answer, or a stream of 64 SSE events), each timed in this process
 on its own: the engine's decision (the request's secrets masked), the tee, the journal's
-pickle, and the writer's unpickle, derive (summary, fingerprint), pack and SQLite. CPU time,
-the best of 7 repeats, so a shared machine moves it little. What is not here (aiohttp's server
+pickle, and the writer's unpickle, derive (summary, fingerprint), pack and SQLite; then the
+writer's parts for distinct requests (as gateway.py's are: each packs a new body), by batch
+size. CPU time, the best of 7 repeats where repeated, so a shared machine moves it little. What is not here (aiohttp's server
 and client, asyncio, the gateway's own steps, the writer process's frames) is the rest of
 gateway.py's `proxy CPU, us/req`. See benchmarks/README.md.
 

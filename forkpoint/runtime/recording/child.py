@@ -27,8 +27,9 @@ from forkpoint.runtime import collector
 HEADER = struct.Struct("!Q")
 # Under load, how often the child commits (seconds), and how many items one commit takes at
 # most. Waiting risks nothing: until acknowledged, the proxy keeps every item it sent (and its
-# journal, which readers read, holds them). A commit costs a few hundred µs of its own: at
-# c=32, 20 ms made batches of a dozen, 50 ms of thirty or more (benchmarks/README.md).
+# journal, which readers read, holds them). A commit costs a few hundred µs of its own
+# (benchmarks/record_parts.py: an exchange written alone cost 1.4-2.1 times what one in a
+# batch of 32 did); at 600 exchanges a second, 50 ms makes batches of 30.
 COMMIT_EVERY = 0.05
 MAX_BATCH = 256
 NICENESS = 10
