@@ -5,9 +5,9 @@ openai SDK's headers; a 1 KB answer, or a stream of 64 SSE events), each timed i
 on its own: the engine's decision (the request's secrets masked), the tee, the journal's
 pickle, and the writer's unpickle, derive (summary, fingerprint), pack and SQLite; then the
 writer's parts for distinct requests (as gateway.py's are: each packs a new body), by batch
-size. CPU time, the best of 7 repeats where repeated, so a shared machine moves it little. What is not here (aiohttp's server
-and client, asyncio, the gateway's own steps, the writer process's frames) is the rest of
-gateway.py's `proxy CPU, us/req`. See benchmarks/README.md.
+size. CPU time, the best of 7 repeats where repeated, so a shared machine moves it little.
+What is not here (aiohttp's server and client, asyncio, the gateway's own steps, the writer
+process's frames) is the rest of gateway.py's `proxy CPU, us/req`. See benchmarks/README.md.
 
     .venv/bin/python benchmarks/record_parts.py
     PYTHONPATH=OTHER .venv/bin/python benchmarks/record_parts.py   # another forkpoint's
