@@ -185,3 +185,29 @@ def test_an_answer_finds_its_run_by_name_or_id_prefix_as_by_id():
         deliver(store, "01ABCD", b"{}", by="test")
     with pytest.raises(AlreadyAnswered):
         deliver(store, "01ABCDEFGH", b"{}", by="test")
+
+
+def test_news_of_its_own_answer_with_another_still_scans():
+    """The store's news of an answer the loop wakes itself (`soon`) starts no scan; news of
+    one given elsewhere in the same breath still does, well before the next poll."""
+    store, target = MemoryStore(), Started()
+    parked_run(store, "mine")
+    parked_run(store, "theirs")
+    loop = WakeLoop(store, location="mem", targets={Waker.LOCAL: target}, poll=2.0)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(loop.run(stop))
+        await asyncio.sleep(0.1)  # the first scan is over: the loop waits on the store
+        loop.soon(deliver(store, "mine", b"{}", by="test"))
+        deliver(store, "theirs", b"{}", by="elsewhere")
+        for _ in range(150):  # within the poll's 2 s
+            if len(target.started) == 2:
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await loop.close()
+
+    asyncio.run(run())
+    assert sorted(run for run, _ in target.started) == ["mine", "theirs"]
