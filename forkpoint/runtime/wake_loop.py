@@ -169,6 +169,13 @@ class WakeLoop:
         for park in await asyncio.to_thread(self.store.parks, states=("waking",), limit=100):
             await self.wake(park, again=True)
 
+    def expect(self, run: str) -> None:
+        """An answer to `run` is being given through this proxy, which `soon` will wake: the
+        store's news of it, which may come back before the answer's call returns (PostgreSQL
+        notifies as it commits), starts no scan. An answer refused stays expected until the next
+        scan, which comes within `poll`."""
+        self._answered_here.add(run)
+
     def soon(self, park: Park) -> None:
         """Wake `park`, answered through this proxy, now: its claim decides, as the loop's."""
         self._answered_here.add(park.run_id)
