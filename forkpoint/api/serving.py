@@ -123,7 +123,7 @@ def _waking(store: Store, options: Options, proxy: Proxy) -> WakeLoop:
     loop = WakeLoop(store, location=location, targets=targets, match=match,
                     lease=options.wake_lease)  # fmt: skip
     pages = AnswerPages(store, match=match, max_body=options.max_body, on_launch=launched,
-                        on_answer=loop.soon)  # fmt: skip
+                        on_answer=loop.soon, on_answering=loop.expect)  # fmt: skip
     proxy.gateway.mount(RUNS_PATH, pages)
     return loop
 

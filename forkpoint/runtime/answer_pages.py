@@ -35,12 +35,14 @@ class AnswerPages:
         self, store: Store, *, match: MatchConfig, max_body: int,
         on_launch: Callable[[str, Launched], None] | None = None,
         on_answer: Callable[[Park], None] | None = None,
+        on_answering: Callable[[str], None] | None = None,
     ):  # fmt: skip
         self.store = store
         self.match = match
         self.max_body = max_body
         self.on_launch = on_launch
         self.on_answer = on_answer  # told of each answer stored (serve wakes its run at once)
+        self.on_answering = on_answering  # told of the run first, before the store can tell
 
     async def __call__(self, request: web.Request, path: str) -> web.StreamResponse:
         run, _, verb = path.strip("/").partition("/")
@@ -63,6 +65,8 @@ class AnswerPages:
                 return _error(400, f"{ANSWER_HEADER} {line!r} is not 'Name: value'")
             headers.append((name.strip(), value.strip()))
         peer = request.remote or "?"
+        if self.on_answering is not None:
+            self.on_answering(unquote(run))
         try:
             park = await asyncio.to_thread(
                 deliver, self.store, unquote(run), body, status=status, headers=tuple(headers),

@@ -17,8 +17,8 @@ from forkpoint.cassettes.store import Store
 from forkpoint.engine.derive import derive
 from forkpoint.engine.matching import MatchConfig
 from forkpoint.engine.parking import answered, check_status, timeout_answer
-from forkpoint.errors import ConfigError, NotParked
-from forkpoint.models import Headers, Park
+from forkpoint.errors import ConfigError, ForkpointError, NotParked
+from forkpoint.models import Headers, Park, Run
 
 
 def deliver(
@@ -32,19 +32,26 @@ def deliver(
     code = check_status(status)
     if max_body is not None and len(body) > max_body:
         raise ConfigError(f"the answer is {len(body)} bytes, over --max-body ({max_body} bytes)")
-    found = store.find_run(run)
-    park = store.parked(found.id)
+    park = store.parked(run)  # `run` as an id, the run `find_run` would take first: one read
     if park is None:
-        woken = store.last_park(found.id)  # none pending: any park of the run was woken
-        if woken is not None:  # answered, and woken before this answer came
-            raise already_answered(found.id, woken.step, woken.answered_by, woken.answered_at)
-        raise NotParked(
-            f"run {found.id} is {found.status}, not parked: nothing waits for an answer "
-            "(see: forkpoint runs --status parked)",
-            run_id=found.id,
-        )
+        found = store.find_run(run)
+        park = None if found.id == run else store.parked(found.id)
+        if park is None:
+            raise _nothing_waits(store, found)
     exchange = answered(park.request, code, headers, body, match.redaction, now=time.time())
     return store.answer(derive(exchange, match), by=by)
+
+
+def _nothing_waits(store: Store, found: Run) -> ForkpointError:
+    """Why run `found` takes no answer: answered and woken already (who, when), or not parked."""
+    woken = store.last_park(found.id)  # none pending: any park of the run was woken
+    if woken is not None:  # answered, and woken before this answer came
+        return already_answered(found.id, woken.step, woken.answered_by, woken.answered_at)
+    return NotParked(
+        f"run {found.id} is {found.status}, not parked: nothing waits for an answer "
+        "(see: forkpoint runs --status parked)",
+        run_id=found.id,
+    )
 
 
 def deliver_deadline(store: Store, park: Park, *, match: MatchConfig = MatchConfig()) -> Park:

@@ -9,8 +9,15 @@ claimed first (`claim_wake`: of every proxy on the store, exactly one wins), the
 its launch's target: serve's own proxy (`api.waking.WakeHere`), a local process
 (`LocalProcess`: the resume command line, run here) or an `--on-wake` hook (`Hook`: a platform
 starts it elsewhere). A wake claimed by a waker that died before it started is claimed again
-once its lease is over (`claim_wake`'s), so it is never lost. Wakes of launches that wake in
-the foreground (`record -- CMD`: `forkpoint answer` wakes them) are left to them.
+once its lease is over (`claim_wake`'s), so it is never lost; a wake this loop is starting
+itself is never read nor claimed again by its own scan, however long its start takes. Wakes of
+launches that wake in the foreground (`record -- CMD`: `forkpoint answer` wakes them) are left
+to them.
+
+An answer taken here is woken at once, and the store's news of it (PostgreSQL's NOTIFY, which
+comes back to this loop too) starts no scan of its own while the loop scanned within `poll`:
+the scan's reads and a second try at the same claim ran beside the wake, on the same pool and
+interpreter, and held up its spawn (benchmarks/park_wake.py).
 """
 
 from __future__ import annotations
@@ -121,19 +128,35 @@ class WakeLoop:
         self.lease = lease
         self._told: set[tuple[str, int]] = set()  # wakes that cannot start, logged once
         self._soon: set[asyncio.Task[bool]] = set()
+        self._answered_here: set[str] = set()  # runs woken by `soon`, until the store tells
+        self._starting: set[tuple[str, int]] = set()  # wakes this loop claims and starts now
+        self._scanned = 0.0  # when `once` last ran (monotonic)
 
     async def run(self, stop: asyncio.Event) -> None:
+        told: list[str] = []
         while not stop.is_set():
-            try:
-                await self.once()
-            except ForkpointError as error:  # a store away for a while: try again
-                log.warning("forkpoint: waking parked runs: %s", error)
+            if not self._only_ours(told):
+                try:
+                    await self.once()
+                except ForkpointError as error:  # a store away for a while: try again
+                    log.warning("forkpoint: waking parked runs: %s", error)
             if stop.is_set():
                 return
-            await asyncio.to_thread(self.store.wait_for_answers, self.poll)
+            told = await asyncio.to_thread(self.store.wait_for_answers, self.poll)
+
+    def _only_ours(self, told: list[str]) -> bool:
+        """Whether the store told of answers `soon` is waking already, and nothing else, while
+        the last scan is recent: no scan for them (deadlines and parks answered elsewhere wait
+        no longer than they would for the poll)."""
+        ours = self._answered_here.intersection(told)
+        self._answered_here -= ours
+        recent = time.monotonic() - self._scanned < self.poll
+        return bool(told) and len(ours) == len(told) and recent
 
     async def once(self) -> None:
         """Answer the parks past their deadline, then wake every answered park this loop may."""
+        self._scanned = time.monotonic()
+        self._answered_here.clear()  # told or not, a scan sees whatever they left
         for park in await asyncio.to_thread(self.store.due, time.time()):
             try:
                 await asyncio.to_thread(deliver_deadline, self.store, park, match=self.match)
@@ -146,8 +169,16 @@ class WakeLoop:
         for park in await asyncio.to_thread(self.store.parks, states=("waking",), limit=100):
             await self.wake(park, again=True)
 
+    def expect(self, run: str) -> None:
+        """An answer to `run` is being given through this proxy, which `soon` will wake: the
+        store's news of it, which may come back before the answer's call returns (PostgreSQL
+        notifies as it commits), starts no scan. An answer refused stays expected until the next
+        scan, which comes within `poll`."""
+        self._answered_here.add(run)
+
     def soon(self, park: Park) -> None:
         """Wake `park`, answered through this proxy, now: its claim decides, as the loop's."""
+        self._answered_here.add(park.run_id)
         task = asyncio.get_running_loop().create_task(self.wake(park))
         self._soon.add(task)
         task.add_done_callback(self._soon.discard)
@@ -156,6 +187,16 @@ class WakeLoop:
         """Claim and start one answered park's wake; False when it is not this loop's.
         `again`: a park claimed already (`waking`), taken again only if its claim lapsed and
         this loop claims its launch's wakes (a worker's job retries its own)."""
+        key = (park.run_id, park.step)
+        if key in self._starting:  # this loop is at it (`soon`, or a scan): never twice
+            return False
+        self._starting.add(key)
+        try:
+            return await self._wake(park, again=again)
+        finally:
+            self._starting.discard(key)
+
+    async def _wake(self, park: Park, *, again: bool) -> bool:
         launch = await asyncio.to_thread(self.store.launch, park.run_id)
         target = None if launch is None else self.targets.get(launch.waker)
         if again and (target is None or not getattr(target, "claims", True)):

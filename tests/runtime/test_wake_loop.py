@@ -133,3 +133,81 @@ def test_an_answer_for_a_run_that_never_parked_says_so():
     store.create_run(Run("r2"))
     with pytest.raises(NotParked, match="is running, not parked"):
         deliver(store, "r2", b"{}", by="cli")
+
+
+class Slow(Started):
+    """A wake target whose start takes a while (an `--on-wake` hook submitting a job)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.going = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def start(self, launch: Launch, env: Mapping[str, str]) -> None:
+        await super().start(launch, env)
+        self.going.set()
+        await self.release.wait()
+
+
+def test_a_wake_this_loop_is_starting_is_never_claimed_again_by_its_scan():
+    """The loop's own scan (told of the answer, or its poll) met the park it was waking at once
+    (`soon`) while its start was still under way: past the claim's lease, it claimed it again
+    and started a second agent (failed before); the loop leaves its own wakes in flight alone,
+    and reads nothing for them."""
+    store, target = MemoryStore(), Slow()
+    parked_run(store, "r1")
+    park = deliver(store, "r1", b"{}", by="test")
+    loop = WakeLoop(store, location="mem", targets={Waker.LOCAL: target}, poll=0.01, lease=0.0)
+
+    async def run() -> None:
+        loop.soon(park)
+        await asyncio.wait_for(target.going.wait(), 5)
+        await asyncio.sleep(0.01)  # the lease is over
+        scan = asyncio.create_task(loop.once())
+        await asyncio.wait([scan], timeout=0.5)  # a second start would wait for the release
+        target.release.set()
+        await scan
+        await loop.close()
+
+    asyncio.run(run())
+    assert [run for run, _ in target.started] == ["r1"]
+    assert store.parks(states=("woken",))[0].run_id == "r1"
+
+
+def test_an_answer_finds_its_run_by_name_or_id_prefix_as_by_id():
+    store = MemoryStore()
+    store.create_run(Run("01ABCDEFGH", name="nightly"))
+    action = decide(Session(Run("01ABCDEFGH")), Request("POST", "/approvals/x", (), b"{}"), CONFIG)
+    assert isinstance(action, Await)
+    store.park(Park(action.record, action.waits_on))
+    assert deliver(store, "nightly", b"{}", by="test").run_id == "01ABCDEFGH"
+    with pytest.raises(AlreadyAnswered):
+        deliver(store, "01ABCD", b"{}", by="test")
+    with pytest.raises(AlreadyAnswered):
+        deliver(store, "01ABCDEFGH", b"{}", by="test")
+
+
+def test_news_of_its_own_answer_with_another_still_scans():
+    """The store's news of an answer the loop wakes itself (`soon`) starts no scan; news of
+    one given elsewhere in the same breath still does, well before the next poll."""
+    store, target = MemoryStore(), Started()
+    parked_run(store, "mine")
+    parked_run(store, "theirs")
+    loop = WakeLoop(store, location="mem", targets={Waker.LOCAL: target}, poll=2.0)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(loop.run(stop))
+        await asyncio.sleep(0.1)  # the first scan is over: the loop waits on the store
+        loop.soon(deliver(store, "mine", b"{}", by="test"))
+        deliver(store, "theirs", b"{}", by="elsewhere")
+        for _ in range(150):  # within the poll's 2 s
+            if len(target.started) == 2:
+                break
+            await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await loop.close()
+
+    asyncio.run(run())
+    assert sorted(run for run, _ in target.started) == ["mine", "theirs"]
