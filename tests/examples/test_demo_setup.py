@@ -78,8 +78,10 @@ def test_a_changed_pyproject_installs_again_and_an_unknown_profile_is_refused(tm
     done = bootstrap(project, "demo")
     assert done.returncode == 0, done.stderr
     assert "installing forkpoint[demo] into .venv" in done.stderr
-    [pip] = calls(project)
+    [pip, compiled] = calls(project)
     assert pip.startswith("-m pip install") and pip.endswith("-e .[demo]")
+    assert "--no-compile" not in pip  # kept compiled: PYTHONDONTWRITEBYTECODE keeps nothing
+    assert compiled == "-m compileall -q forkpoint"  # the editable install's own modules
     assert stamp.stat().st_mtime > 1  # and noted as installed
     refused = bootstrap(project, "everything")
     assert refused.returncode == 2 and "usage: scripts/bootstrap [demo|dev]" in refused.stderr
