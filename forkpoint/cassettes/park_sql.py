@@ -9,6 +9,7 @@ Written once with `?` for a parameter; `ParkSql` puts the store's own mark in it
 from __future__ import annotations
 
 import heapq
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -221,7 +222,7 @@ class ParkSql:
         )
 
 
-class SqlParks:
+class SqlParks(ABC):
     """The park verbs both SQL stores share, over each store's own write and read of parks."""
 
     _sql: ParkSql
@@ -241,11 +242,11 @@ class SqlParks:
     def run_parks(self, run_id: str) -> list[Park]:
         return self._run_parks(self._sql.of_run, run_id)
 
+    @abstractmethod
     def _insert_park(self, park: Park, *, parking: bool) -> None:
         """Store `park`; `parking` a new one: its step holds no exchange yet, and the run is
         marked parked in the same transaction."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _run_parks(self, rows: Callable[[Sql, str], list[Row]], run_id: str) -> list[Park]:
         """The parks `rows` finds for the run (its pending one, its newest, all of them)."""
-        raise NotImplementedError

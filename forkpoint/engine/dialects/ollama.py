@@ -12,6 +12,7 @@ as the answer or as a line of a stream, which the ollama client raises as `Respo
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 
 import orjson
@@ -81,8 +82,9 @@ class _Ollama(LlmDialect):
             text=r.joined(texts),
         )
 
+    @abstractmethod
     def text(self, part: dict[str, object]) -> str:
-        raise NotImplementedError
+        """The text one part of the answer adds (chat: its message's; generate: its own)."""
 
     def tool_calls(self, part: dict[str, object]) -> list[ToolCall]:
         return []
