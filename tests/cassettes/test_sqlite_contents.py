@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from forkpoint.cassettes import deltas
+from forkpoint.cassettes import deltas, headers
 from forkpoint.cassettes.sqlite.schema import PAGE_SIZE
 from forkpoint.cassettes.sqlite.store import SqliteStore
 from forkpoint.errors import CassetteError
@@ -234,4 +234,26 @@ def test_a_header_reference_kept_compressed_reads_back_or_is_named_damaged(casse
     damaged: list[CassetteError] = []
     assert [e.step for e in store.exchanges("r1", bodies=False, damaged=damaged)] == [0, 1, 3]
     assert [str(e).split(":")[0] for e in damaged] == ["run r1 step 2 is damaged"]
+    store.close()
+
+
+def test_header_references_of_more_runs_than_keep_a_compressor_read_back(cassette: Path):
+    """The packer keeps a compressor against a run's header list for the runs it compressed
+    against last (`headers.WARM`); a run whose compressor was freed makes it again, and every
+    reference reads back as recorded, written in one batch or in several."""
+    store = SqliteStore(cassette)
+    runs = [f"r{n}" for n in range(headers.WARM + 5)]
+    chats = {run: chat(4, run, first=n * 10) for n, run in enumerate(runs)}
+    for run in runs:
+        store.create_run(Run(run))
+    for step in range(2):  # the first two steps of every run, interleaved, in one batch
+        store.add_exchanges([chats[run][step] for run in runs])
+    for step in range(2, 4):  # then a transaction per exchange, the runs in turn
+        for run in runs:
+            store.add_exchanges([chats[run][step]])
+    kinds = store.query("SELECT typeof(response_headers), count(*) FROM exchanges GROUP BY 1")
+    assert dict(kinds) == {"text": len(runs), "blob": 3 * len(runs)}
+    for run in runs:
+        assert [e.response_headers for e in store.exchanges(run)] == [
+            e.response_headers for e in chats[run]]  # fmt: skip
     store.close()
