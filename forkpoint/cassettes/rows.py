@@ -201,7 +201,7 @@ def exchange_values(
 def named(values: tuple[Any, ...], key: Callable[[str], Key] | None = None) -> tuple[Any, ...]:
     """A row's values with each manifest dumped, its blobs named by `key(hash)` (by their
     hashes without one)."""
-    return tuple(v.dump(key) if isinstance(v, Manifest) else v for v in values)
+    return tuple([v.dump(key) if isinstance(v, Manifest) else v for v in values])
 
 
 _HEX = frozenset("0123456789abcdef")

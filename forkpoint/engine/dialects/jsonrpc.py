@@ -85,6 +85,8 @@ def looks_like(body: bytes) -> bool:
     """A cheap first look: whether `body` may be a JSON-RPC message (no parsing, no copy)."""
     if _OBJECT.match(body) is None:
         return False
+    if len(body) <= 2 * _LOOK:  # the two ends overlap: one pass over the body
+        return _MEMBER in body
     return body.find(_MEMBER, 0, _LOOK) >= 0 or body.find(_MEMBER, len(body) - _LOOK) >= 0
 
 
