@@ -49,7 +49,7 @@ class _Whole:
     then costs about 2 us, against 12 for a frame with the list as a prefix each time (which
     reads the same: `HeaderSets` decompresses with the list as a prefix)."""
 
-    __slots__ = ("step", "headers", "_compressor")
+    __slots__ = ("_compressor", "headers", "step")
 
     def __init__(self, step: int, headers: Headers) -> None:
         self.step, self.headers = step, headers
