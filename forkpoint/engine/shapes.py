@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum, auto
+from typing import Any
 
 from forkpoint.errors import MissingExtra
 from forkpoint.importing import require_extra
@@ -132,20 +133,26 @@ def re2_scanner(shapes: Sequence[Shape] = SHAPES) -> Scanner:
     """One RE2 automaton finds the candidates of every shape at once, where a word begins:
     one pass over the body whatever their number; each is then checked against its own `re`
     pattern. The automaton asks for at most `_LOOSE` characters of a class (`[a-f0-9]{64}`
-    would make its states too many), so it stays small, in memory and in time."""
+    would make its states too many), so it stays small, in memory and in time. Most bodies
+    hold no candidate: the same automaton without its groups says so first (8 us through a
+    4 KB prompt, against 13 asking which shape each candidate is)."""
     [re2] = require_extra("fast", "RE2's scanner of credential shapes", modules=("re2",))
 
     order = sorted(range(len(shapes)), key=lambda index: shapes[index].edge is not Edge.WORD)
-    groups = [b"(%s)" % _loosened(shapes[index].pattern) for index in order]
     words = sum(shapes[index].edge is Edge.WORD for index in order)
     # Bytes as Latin-1, one character a byte as `re` reads them: as UTF-8, a byte that is not
     # would hide the key after it.
     options = re2.Options()
     options.encoding = re2.Options.Encoding.LATIN1
-    loose = re2.compile(
-        b"|".join([_WORD_BEGINS + b"(?:" + b"|".join(groups[:words]) + b")", *groups[words:]]),
-        options,
-    )
+
+    def automaton(group: bytes) -> Any:
+        groups = [group % _loosened(shapes[index].pattern) for index in order]
+        return re2.compile(
+            b"|".join([_WORD_BEGINS + b"(?:" + b"|".join(groups[:words]) + b")", *groups[words:]]),
+            options,
+        )
+
+    loose, any_candidate = automaton(b"(%s)"), automaton(b"(?:%s)").search
     exact = [re.compile(shape.pattern) for shape in shapes]
     by_first: dict[int, list[int]] = {}
     for index, shape in enumerate(shapes):
@@ -153,6 +160,8 @@ def re2_scanner(shapes: Sequence[Shape] = SHAPES) -> Scanner:
 
     def scan(plain: bytes) -> Spans:
         found = _key_blocks(plain)
+        if any_candidate(plain) is None:
+            return found
         for candidate in loose.finditer(plain):
             first = order[candidate.lastindex - 1]
             begin = candidate.start(candidate.lastindex)
