@@ -63,7 +63,7 @@ def test_a_record_reads_back_equal_and_an_older_pickle_gets_the_new_fields_defau
     run, snapshot = Run("r", labels={"k": "v"}), Snapshot("r", 1, "state", data=b"xyz")
     assert pickle.loads(pickle.dumps(run)) == run
     assert pickle.loads(pickle.dumps(snapshot)) == snapshot
-    cls, values = exchange.__reduce__()
+    cls, values = exchange.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
 
     class Older:  # the exchange as a forkpoint from before `pieces` pickled it
         def __reduce__(self) -> tuple[object, ...]:

@@ -69,7 +69,7 @@ def test_an_exchange_an_older_forkpoint_journaled_reads_with_no_pieces(store, mo
     journal.entry(Run("r1"))
     old = exchange(run_id="r1", step=0)
     # pickled as a forkpoint from before `pieces` did: its slots by name, that one lacking
-    monkeypatch.delattr(Exchange, "__reduce__")
+    monkeypatch.delattr(Exchange, "__reduce_ex__")
     del old.pieces
     journal.entry(old)
     monkeypatch.undo()
