@@ -125,10 +125,10 @@ def fingerprint(
         passing = Digest(method, route, headers)
         passing.update(body)
         return passing.hexdigest()
-    encoding = header(headers, "content-encoding")
     if masked and parsed is not UNREAD and parsed is not None:
-        value = parsed
+        value, encoding = parsed, None  # read from the body as it is: not content-encoded
     else:
+        encoding = header(headers, "content-encoding")
         value = body_value(body, encoding, header(headers, "content-type"))
     if value is None and config.normalizers:  # a text body is normalized as text
         value = _text(body, encoding)

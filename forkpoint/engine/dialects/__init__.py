@@ -121,12 +121,15 @@ def summarize_exchange(exchange: Exchange, request_json: object = UNREAD) -> Sum
     Bodies are decoded leniently: a cut-off compressed stream yields what arrived, and a body
     that cannot be decoded at all is read as empty, so the summary keeps what the rest tells.
     `request_json`: the request body's JSON value (None: not JSON) where the caller has read
-    it already (`engine.derive`, which hands the same value to the fingerprint).
+    it already from the body as recorded, which is then not content-encoded (`engine.derive`,
+    which hands the same value to the fingerprint).
     """
-    request_body = _decoded(exchange.request_body, exchange.request_headers)
-    dialect = dialect_of(exchange.method, urlsplit(exchange.route).path, request_body)
     if request_json is UNREAD:
+        request_body = _decoded(exchange.request_body, exchange.request_headers)
         request_json = _read.loads(request_body) if request_body else None
+    else:
+        request_body = exchange.request_body
+    dialect = dialect_of(exchange.method, urlsplit(exchange.route).path, request_body)
     form = _form(request_body, header(exchange.request_headers, "content-type")) if (
         request_json is None and dialect is not GENERIC
     ) else None
