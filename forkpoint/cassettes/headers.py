@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from forkpoint.cassettes.blobs import ZSTD_LEVEL, zstd
+from forkpoint.cassettes.bounded import Bounded, Warm
 from forkpoint.models import Headers
 
 REQUEST, RESPONSE = "request", "response"
@@ -55,7 +56,7 @@ class _Whole:
         self.step, self.headers = step, headers
         self._compressor: zstd.ZstdCompressor | None = None
 
-    def cool(self) -> None:
+    def drop_compressor(self) -> None:
         self._compressor = None
 
     def compress(self, data: bytes) -> bytes:
@@ -70,8 +71,8 @@ class HeaderPacker:
 
     def __init__(self, *, compact: bool = False) -> None:
         self._compact = compact
-        self._whole: dict[tuple[str, str], _Whole] = {}
-        self._warm: dict[tuple[str, str], _Whole] = {}  # those with a compressor, oldest first
+        self._whole: Bounded[tuple[str, str], _Whole] = Bounded(KNOWN)
+        self._warm: Warm[tuple[str, str]] = Warm(WARM)  # the lists that keep a compressor
 
     def pack(self, run_id: str, step: int, column: str, headers: Headers) -> str | bytes:
         """The column's value for `headers` of `step`: a reference to the run's last list
@@ -90,26 +91,16 @@ class HeaderPacker:
             else:
                 if self._compact:
                     if values:
-                        self._warmed(key, whole)
+                        self._warm.used(key, whole)
                     return _compacted(whole, [v for pair in values for v in pair])
                 return orjson.dumps({"step": whole.step, "values": values}).decode()
-        self._whole.pop(key, None)
-        self._whole[key] = _Whole(step, headers)
-        if len(self._whole) > KNOWN:  # forget the run written longest ago
-            del self._whole[next(iter(self._whole))]
+        self._whole.put(key, _Whole(step, headers))  # past KNOWN, the run written longest ago goes
         return dump(headers)
 
     def failed(self) -> None:
         """The transaction rolled back: the lists written whole in it are not there."""
         self._whole.clear()
         self._warm.clear()
-
-    def _warmed(self, key: tuple[str, str], whole: _Whole) -> None:
-        """Keep the compressors of the WARM lists compressed against last; free the others'."""
-        if self._warm.pop(key, None) is not whole and len(self._warm) >= WARM:
-            oldest = next(iter(self._warm))
-            self._warm.pop(oldest).cool()
-        self._warm[key] = whole
 
 
 def _compacted(whole: _Whole, values: list[object]) -> str | bytes:

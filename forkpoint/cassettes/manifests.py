@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from forkpoint.cassettes import blobs, deltas
+from forkpoint.cassettes.bounded import Bounded, Warm
 from forkpoint.cassettes.headers import HeaderPacker
 
 # Blob rows a store keeps in mind as stored, so a request's history is not compressed again
@@ -70,35 +71,6 @@ class Manifest:
         return orjson.dumps(names).decode()
 
 
-class Bounded[K, V]:
-    """A dict that forgets its oldest entries past `limit` (a dict keeps insertion order)."""
-
-    def __init__(self, limit: int):
-        self._items: dict[K, V] = {}
-        self._limit = limit
-
-    def get(self, key: K) -> V | None:
-        return self._items.get(key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._items
-
-    def put(self, key: K, value: V) -> None:
-        self._items.pop(key, None)
-        self._items[key] = value
-        if len(self._items) > self._limit:
-            del self._items[next(iter(self._items))]
-
-    def clear(self) -> None:
-        self._items.clear()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def oldest(self) -> V | None:
-        return next(iter(self._items.values()), None)
-
-
 class Packer:
     """Turns bodies into manifests and the blob rows a store lacks, before its transaction,
     so a write holds the store's lock only to insert. A `compact` packer (the SQLite
@@ -112,7 +84,7 @@ class Packer:
         # Per run, the step and hashes of the last request packed: the next one may extend it.
         self._requests: Bounded[str, tuple[int, list[str]]] = Bounded(KNOWN_RUNS)
         self._frames: Bounded[str, deltas.Keyframes] = Bounded(KNOWN_RUNS)
-        self._warm: Bounded[str, deltas.Keyframes] = Bounded(WARM_RUNS)
+        self._warm: Warm[str] = Warm(WARM_RUNS)
         self.headers = HeaderPacker(compact=compact)  # header columns (`cassettes.headers`)
 
     def pack(
@@ -177,7 +149,7 @@ class Packer:
                 frames = deltas.Keyframes()
             self._frames.put(run_id, frames)  # the run packed last is forgotten last
             if frames and len(segment) <= deltas.DELTA_MAX:
-                self._warmed(run_id, frames)
+                self._warm.used(run_id, frames)
                 delta = frames.compress(segment)
                 if len(delta) <= deltas.KEEP * len(data):
                     new[digest] = (digest, len(segment), blobs.Codec.ZSTD_DICT, delta,
@@ -187,14 +159,6 @@ class Packer:
                 frames.add(digest, segment)
         new[digest] = (digest, len(segment), codec, data, ())
         return digest
-
-    def _warmed(self, run_id: str, frames: deltas.Keyframes) -> None:
-        """Keep the compressors of the WARM_RUNS runs packed last; free the others'."""
-        if run_id not in self._warm and len(self._warm) == WARM_RUNS:
-            oldest = self._warm.oldest()
-            if oldest is not None:
-                oldest.drop_compressor()
-        self._warm.put(run_id, frames)
 
     def known(self, digest: str) -> int | None:
         """The number a stored blob was given, where this packer knows it."""
