@@ -107,10 +107,12 @@ def tally(raw: Path) -> collections.Counter[str]:
     return parts
 
 
-async def load(child: _procs.Child, spy: list[str], seconds: float, out: Path) -> tuple[int, float]:
-    """Load `child` at c=32 while py-spy samples it: the requests sent, the CPU it took."""
+async def load(
+    child: _procs.Child, spy: list[str], seconds: float, out: Path, bodies: list[bytes]
+) -> tuple[int, float]:
+    """Load `child` at c=32 with `bodies` while py-spy samples it: the requests sent, the CPU
+    it took."""
     headers = sdk_request("headers", 0)[0]
-    bodies = [sdk_request("c32", i)[1] for i in range(1000)]
     async with new_client() as client:
         await concurrent(client, child.url, bodies[:400], 32, headers)  # warm
         await child.settle()
@@ -152,8 +154,9 @@ async def measure(seconds: float, raw: Path, spy: list[str]) -> None:
             for child in targets.values():
                 child.ready()
             results = {}
+            bodies = [sdk_request("c32", i)[1] for i in range(1000)]  # the same for both
             for name, child in targets.items():
-                sent, cpu = await load(child, spy, seconds, raw / f"{name}.txt")
+                sent, cpu = await load(child, spy, seconds, raw / f"{name}.txt", bodies)
                 results[name] = (sent, cpu, tally(raw / f"{name}.txt"))
         finally:
             for child in reversed(children):
