@@ -16,24 +16,28 @@ RESTARTS = 200
 
 def start_function() -> str:
     """The demo's own `start`, as the script defines it."""
-    found = re.search(r"^start\(\) \{\n.*?^\}\n", (ROOT / "scripts" / "demo").read_text(), re.M | re.S)
+    demo = (ROOT / "scripts" / "demo").read_text()
+    found = re.search(r"^start\(\) \{\n.*?^\}\n", demo, re.M | re.S)
     assert found, "scripts/demo defines no start()"
     return found.group(0)
 
 
 def test_a_service_started_again_gives_its_own_url_never_the_one_it_replaced(tmp_path):
-    script = start_function() + f"""
+    restarts = f"""
 logs={tmp_path}; pids=()
 for i in $(seq {RESTARTS}); do
     start TOOLS echo "serving on http://127.0.0.1:$i"
     echo "$TOOLS"
 done
 """
-    # More busy processes than cores, as a loaded CI machine has: the shell that forks the service then often
-    # reads the log before the service has opened it.
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range((os.cpu_count() or 2) + 1)]
+    # More busy processes than cores, as on a loaded CI machine: the shell that forks the service
+    # then now and again reads the log before the service has opened it.
+    spin = [sys.executable, "-c", "while True: pass"]
+    busy = [subprocess.Popen(spin) for _ in range((os.cpu_count() or 2) + 1)]
     try:
-        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            ["bash", "-c", start_function() + restarts], capture_output=True, text=True, timeout=120
+        )
     finally:
         for process in busy:
             process.kill()
@@ -41,4 +45,5 @@ done
     assert done.returncode == 0, done.stderr
     urls = done.stdout.split()
     stale = [(i, url) for i, url in enumerate(urls, 1) if url != f"http://127.0.0.1:{i}"]
-    assert len(urls) == RESTARTS and stale == [], f"{len(stale)} starts read an earlier URL: {stale[:5]}"
+    assert len(urls) == RESTARTS, done.stdout
+    assert stale == [], f"{len(stale)} starts read an earlier URL: {stale[:5]}"
