@@ -51,25 +51,44 @@ def named_search(hints: Sequence[tuple[bytes, bool]]) -> Callable[[bytes], bool]
     with a string value (or, for a hint with `True`, an object or a list), in the body or in
     JSON carried in one of its strings: most bodies name `max_tokens` or `prompt_tokens` with
     a number, and need no member-by-member pass. RE2's one pass for every hint where
-    `google-re2` is installed (it reads bytes as Latin-1, one character a byte as `re` does:
-    as UTF-8, it would find nothing around a byte that is not UTF-8), else `re`'s search for
-    each in turn. A hint's ASCII letters match either case, as in the text lowered (which is
-    not made: a copy of every body, and a pass over it)."""
+    `google-re2` is installed, else `re`'s search for each in turn. A hint's ASCII letters
+    match either case, as in the text lowered (which is not made: a copy of every body, and a
+    pass over it)."""
     patterns = [_named(hint, holding) for hint, holding in hints]
     if not patterns:
         return lambda _: False
     if not _RE2:
         searches = [re.compile(pattern).search for pattern in patterns]
         return lambda text: any(search(text) for search in searches)
+    searches = [
+        _re2_search(group)
+        for group in (patterns[at : at + _RE2_GROUP] for at in range(0, len(patterns), _RE2_GROUP))
+    ]
+    return lambda text: any(search(text) is not None for search in searches)
+
+
+def named_or(hints: Sequence[tuple[bytes, bool]], other: bytes) -> Callable[[bytes], bool] | None:
+    """Whether text may hold what `named_search(hints)` looks for or a match of the pattern
+    `other`, in one RE2 pass: a body that holds neither (most) is read once, not once for each.
+    None without RE2, or with more hints than one automaton takes."""
+    if not _RE2 or len(hints) > _RE2_GROUP:
+        return None
+    search = _re2_search([other, *(_named(hint, holding) for hint, holding in hints)])
+    return lambda text: search(text) is not None
+
+
+def _re2_search(patterns: Sequence[bytes]) -> Callable[[bytes], object]:
+    """One RE2 automaton for `patterns` as alternatives, reading bytes as Latin-1 (one
+    character a byte, as `re` does: as UTF-8, it would find nothing around a byte that is not
+    UTF-8)."""
     import re2  # type: ignore[import-not-found, unused-ignore]
 
     options = re2.Options()
     options.encoding = re2.Options.Encoding.LATIN1
-    searches = [
-        re2.compile(b"|".join([b"(?:%s)" % pattern for pattern in group]), options).search
-        for group in (patterns[at : at + _RE2_GROUP] for at in range(0, len(patterns), _RE2_GROUP))
-    ]
-    return lambda text: any(search(text) is not None for search in searches)
+    search: Callable[[bytes], object] = re2.compile(
+        b"|".join([b"(?:%s)" % pattern for pattern in patterns]), options
+    ).search
+    return search
 
 
 def _named(hint: bytes, holding: bool) -> bytes:

@@ -59,15 +59,16 @@ HOP_BY_HOP = frozenset(
 
 
 @functools.lru_cache(maxsize=64)
-def _hinted(names: frozenset[str]) -> tuple[tuple[bytes, ...], Search, Search]:
+def _hinted(names: frozenset[str]) -> tuple[tuple[bytes, ...], Search, Search, Search | None]:
     """The hints and member searches of a set of secret names: compiled once, not for each
     exchange's `Redaction` (`knowing` makes one per request)."""
     users = tuple(n.encode() for n in sorted(names))
     hints = (*_HINTS, *users)
     holding = (*_HOLDING_HINTS, *users)
-    named = members.named_search([(hint, hint in holding) for hint in hints])
+    pairs = [(hint, hint in holding) for hint in hints]
+    named = members.named_search(pairs)
     held = members.named_search([(hint, True) for hint in hints if hint in holding])
-    return hints, named, held
+    return hints, named, held, members.named_or(pairs, shapes.candidates())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,14 +84,18 @@ class Redaction:
     hints: tuple[bytes, ...] = dataclasses.field(init=False, repr=False, compare=False)
     named: Search = dataclasses.field(init=False, repr=False, compare=False)
     held: Search = dataclasses.field(init=False, repr=False, compare=False)
+    # One pass that says whether a body may hold a secret member or a shape's candidate (None
+    # without RE2): most hold neither, and are then read once, not once by each search.
+    anything: Search | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = frozenset(n.lower() for n in self.names)
         object.__setattr__(self, "names", names)
-        hints, named, held = _hinted(names)
+        hints, named, held, anything = _hinted(names)
         object.__setattr__(self, "hints", hints)
         object.__setattr__(self, "named", named)
         object.__setattr__(self, "held", held)
+        object.__setattr__(self, "anything", anything)
 
     def __reduce__(self) -> tuple[type[Redaction], tuple[frozenset[str], tuple[bytes, ...]]]:
         # what it is made of: its searches are made again (compiled RE2 does not pickle), as
@@ -269,6 +274,8 @@ class Redaction:
     def _spans(self, plain: bytes) -> Spans:
         """Where `plain`'s secrets are, in order: the string values of its secret members and
         the credentials known by their shape."""
+        if self.anything is not None and not self.anything(plain):
+            return _joined(shapes.key_blocks(plain))  # found apart: not candidates
         spans = shapes.find(plain)
         if self.named(plain):
             spans += members.strings(plain, self.field)

@@ -20,7 +20,6 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any
 
 from forkpoint.errors import MissingExtra
 from forkpoint.importing import require_extra
@@ -129,6 +128,20 @@ _LOOSE = 8  # the most characters of a class a candidate needs
 _WORD_BEGINS = rb"(?:^|[^\w-]|\\[nrtbf]|%[0-9A-Fa-f]{2}|\\u[0-9A-Fa-f]{4})"
 
 
+def candidates(shapes: Sequence[Shape] = SHAPES, group: bytes = b"(?:%s)") -> bytes:
+    """A pattern, in the syntax RE2 and `re` share, that matches where a candidate of any of
+    `shapes` is: each loosened, each in `group`, the word-bound ones where a word begins."""
+    order = _order(shapes)
+    words = sum(shapes[index].edge is Edge.WORD for index in order)
+    groups = [group % _loosened(shapes[index].pattern) for index in order]
+    return b"|".join([_WORD_BEGINS + b"(?:" + b"|".join(groups[:words]) + b")", *groups[words:]])
+
+
+def _order(shapes: Sequence[Shape]) -> list[int]:
+    """The shapes' indexes as `candidates` lists them: the word-bound ones first."""
+    return sorted(range(len(shapes)), key=lambda index: shapes[index].edge is not Edge.WORD)
+
+
 def re2_scanner(shapes: Sequence[Shape] = SHAPES) -> Scanner:
     """One RE2 automaton finds the candidates of every shape at once, where a word begins:
     one pass over the body whatever their number; each is then checked against its own `re`
@@ -138,28 +151,20 @@ def re2_scanner(shapes: Sequence[Shape] = SHAPES) -> Scanner:
     4 KB prompt, against 13 asking which shape each candidate is)."""
     [re2] = require_extra("fast", "RE2's scanner of credential shapes", modules=("re2",))
 
-    order = sorted(range(len(shapes)), key=lambda index: shapes[index].edge is not Edge.WORD)
-    words = sum(shapes[index].edge is Edge.WORD for index in order)
+    order = _order(shapes)
     # Bytes as Latin-1, one character a byte as `re` reads them: as UTF-8, a byte that is not
     # would hide the key after it.
     options = re2.Options()
     options.encoding = re2.Options.Encoding.LATIN1
-
-    def automaton(group: bytes) -> Any:
-        groups = [group % _loosened(shapes[index].pattern) for index in order]
-        return re2.compile(
-            b"|".join([_WORD_BEGINS + b"(?:" + b"|".join(groups[:words]) + b")", *groups[words:]]),
-            options,
-        )
-
-    loose, any_candidate = automaton(b"(%s)"), automaton(b"(?:%s)").search
+    loose = re2.compile(candidates(shapes, b"(%s)"), options)
+    any_candidate = re2.compile(candidates(shapes), options).search
     exact = [re.compile(shape.pattern) for shape in shapes]
     by_first: dict[int, list[int]] = {}
     for index, shape in enumerate(shapes):
         by_first.setdefault(shape.pattern[0], []).append(index)
 
     def scan(plain: bytes) -> Spans:
-        found = _key_blocks(plain)
+        found = key_blocks(plain)
         if any_candidate(plain) is None:
             return found
         for candidate in loose.finditer(plain):
@@ -183,7 +188,7 @@ def re_scanner(shapes: Sequence[Shape] = SHAPES) -> Scanner:
     compiled = [(re.compile(shape.pattern), shape) for shape in shapes]
 
     def scan(plain: bytes) -> Spans:
-        found = _key_blocks(plain)
+        found = key_blocks(plain)
         for pattern, shape in compiled:
             for match in pattern.finditer(plain):
                 span = _kept(plain, shape, *match.span())
@@ -200,7 +205,7 @@ def _loosened(pattern: bytes) -> bytes:
     )
 
 
-def _key_blocks(plain: bytes) -> Spans:
+def key_blocks(plain: bytes) -> Spans:
     """Private key blocks (PEM, OpenSSH, PGP): from each `-----BEGIN … PRIVATE KEY-----` to
     the next `-----END … PRIVATE KEY-----`, found by `find` so a body of many beginnings and
     no end is read once, not once a beginning."""
