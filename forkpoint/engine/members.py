@@ -60,11 +60,11 @@ def named_search(hints: Sequence[tuple[bytes, bool]]) -> Callable[[bytes], bool]
     if not _RE2:
         searches = [re.compile(pattern).search for pattern in patterns]
         return lambda text: any(search(text) for search in searches)
-    searches = [
+    automata = [
         _re2_search(group)
         for group in (patterns[at : at + _RE2_GROUP] for at in range(0, len(patterns), _RE2_GROUP))
     ]
-    return lambda text: any(search(text) is not None for search in searches)
+    return lambda text: any(search(text) is not None for search in automata)
 
 
 def named_or(hints: Sequence[tuple[bytes, bool]], other: bytes) -> Callable[[bytes], bool] | None:
