@@ -85,7 +85,8 @@ class Redaction:
     named: Search = dataclasses.field(init=False, repr=False, compare=False)
     held: Search = dataclasses.field(init=False, repr=False, compare=False)
     # One pass that says whether a body may hold a secret member or a shape's candidate (None
-    # without RE2): most hold neither, and are then read once, not once by each search.
+    # without RE2, or with more names than one automaton takes): most hold neither, and are
+    # then read once, not once by each search.
     anything: Search | None = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
