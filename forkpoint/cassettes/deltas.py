@@ -7,8 +7,9 @@ compressed against the run's earlier blobs, under 100.
 
 A run's keyframes are its last blobs stored on their own (raw or zstd), newest last, up to
 WINDOW plain bytes. A new blob of the run is compressed against them (zstd with their bytes as
-a raw dictionary, `blobs.Codec.ZSTD_DICT`) when that at least halves what it would take alone;
-its row names the keyframes (`contents.base`). Otherwise it is stored on its own and becomes a
+a raw dictionary, `blobs.Codec.ZSTD_DICT`) when that at least halves what it would take alone
+(or takes at most a sixteenth of its plain bytes, which needs no look at that); its row
+names the keyframes (`contents.base`). Otherwise it is stored on its own and becomes a
 keyframe. So a delta needs only blobs that are never deltas themselves: reading one blob reads
 at most a few others, whatever the run's length (random access for replay and `show`), and
 a keyframe is always written before, or in the same transaction as, the blobs compressed
@@ -26,8 +27,19 @@ FRAME_MAX = 16 * 1024
 # Blobs from this size up to this one are tried against their run's keyframes (bytes).
 DELTA_MIN = 64
 DELTA_MAX = 64 * 1024
-# A delta is kept when it is at most this share of the blob compressed alone.
+# A delta is kept when it is at most this share of the blob compressed alone, or, without
+# compressing it alone to see (12 us a 4 KB blob), at most SURE of its plain bytes: JSON and
+# prose compress alone to a quarter or more, so a delta that small would be kept anyway.
 KEEP = 0.5
+SURE = 1 / 16
+
+
+def clearly_kept(delta: bytes, plain: bytes) -> bool:
+    return len(delta) <= SURE * len(plain)
+
+
+def kept(delta: bytes, alone: bytes) -> bool:
+    return len(delta) <= KEEP * len(alone)
 
 
 class Keyframes:

@@ -142,21 +142,26 @@ class Packer:
         if len(segment) >= ASK_FIRST and stored(digest):
             self._known.put(digest, None)
             return digest
+        if not (self.compact and run_id is not None and len(segment) >= deltas.DELTA_MIN):
+            new[digest] = (digest, len(segment), *blobs.compress(segment), ())
+            return digest
+        frames = self._frames.get(run_id)
+        if frames is None:
+            frames = deltas.Keyframes()
+        self._frames.put(run_id, frames)  # the run packed last is forgotten last
+        delta = None
+        if frames and len(segment) <= deltas.DELTA_MAX:
+            self._warm.used(run_id, frames)
+            delta = frames.compress(segment)
+            if deltas.clearly_kept(delta, segment):  # no need to compress it alone to judge
+                new[digest] = (digest, len(segment), blobs.Codec.ZSTD_DICT, delta, frames.bases)
+                return digest
         codec, data = blobs.compress(segment)
-        if self.compact and run_id is not None and len(segment) >= deltas.DELTA_MIN:
-            frames = self._frames.get(run_id)
-            if frames is None:
-                frames = deltas.Keyframes()
-            self._frames.put(run_id, frames)  # the run packed last is forgotten last
-            if frames and len(segment) <= deltas.DELTA_MAX:
-                self._warm.used(run_id, frames)
-                delta = frames.compress(segment)
-                if len(delta) <= deltas.KEEP * len(data):
-                    new[digest] = (digest, len(segment), blobs.Codec.ZSTD_DICT, delta,
-                                   frames.bases)  # fmt: skip
-                    return digest
-            if len(segment) <= deltas.FRAME_MAX:
-                frames.add(digest, segment)
+        if delta is not None and deltas.kept(delta, data):
+            new[digest] = (digest, len(segment), blobs.Codec.ZSTD_DICT, delta, frames.bases)
+            return digest
+        if len(segment) <= deltas.FRAME_MAX:
+            frames.add(digest, segment)
         new[digest] = (digest, len(segment), codec, data, ())
         return digest
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import orjson
 import pytest
 
@@ -54,3 +56,23 @@ def test_a_blob_that_does_not_decompress_is_an_error():
         stored.load([digest]).join([digest])
     with pytest.raises(KeyError):
         Blobs(lambda keys: []).load([digest]).join([digest])
+
+
+@pytest.mark.parametrize(
+    ("added", "as_delta"),
+    [
+        (b"", True),  # a delta of a few bytes: kept without compressing the blob alone
+        (bytes(range(256)) * 2, True),  # a delta past a sixteenth, still under half of alone
+        (None, False),  # nothing like the keyframe: stored alone, a keyframe itself
+    ],
+)
+def test_a_blob_is_kept_as_a_delta_when_that_at_least_halves_it(added, as_delta):
+    noise = random.Random(5).randbytes(3000)  # zstd cannot shrink it alone
+    packer, new = Packer(compact=True), {}
+    packer.pack_response(noise, new, lambda _: False, "r1")  # the run's keyframe
+    blob = bytes(reversed(noise)) if added is None else noise[:2000] + added + b"!"
+    digest = packer.pack_response(blob, new, lambda _: False, "r1").hashes[0]
+    codec = new[digest][2]
+    assert codec == (blobs.Codec.ZSTD_DICT if as_delta else blobs.Codec.RAW), codec
+    keyframe = new[packer.pack_response(noise, {}, lambda _: False, "r1").hashes[0]]
+    assert (keyframe[0] in new[digest][4]) is as_delta  # compressed against it
