@@ -196,6 +196,13 @@ def main() -> None:
     )
     print("per request, each a new one as in gateway.py (us)")
     distinct(writer)
+    requests = iter([_workload.sdk_request("pack", i)[1] for i in range(720)])
+    packing, steps = Packer(compact=True), iter(range(10**6))
+
+    def packed() -> None:  # each a new body of one run: cut, hashed, compressed against it
+        packing.pack_request("pack", next(steps), next(requests), {}, lambda digest: False)
+
+    t("  pack of the request alone (a new 4 KB body of its run)", packed)
     print("per stream of 64 chunks, per chunk (us)")
     t("tee, stream (64 chunks, commit)", lambda: teed(action, True), n=140, per=64)
     t(
