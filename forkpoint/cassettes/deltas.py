@@ -28,7 +28,7 @@ FRAME_MAX = 16 * 1024
 DELTA_MIN = 64
 DELTA_MAX = 64 * 1024
 # A delta is kept when it is at most this share of the blob compressed alone, or, without
-# compressing it alone to see (12 us a 4 KB blob), at most SURE of its plain bytes: JSON and
+# compressing it alone to see (7-12 us a 4 KB blob), at most SURE of its plain bytes: JSON and
 # prose compress alone to a quarter or more, so a delta that small would be kept anyway.
 KEEP = 0.5
 SURE = 1 / 16
