@@ -50,13 +50,16 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def split(body: bytes) -> list[bytes]:
-    """Cut a body into segments that repeat across turns; `b"".join(split(b)) == b`."""
+def split(body: bytes, start: int = 0) -> list[bytes]:
+    """Cut a body into segments that repeat across turns; `b"".join(split(b)) == b`.
+    `start`, where one of the segments `split(body)` gives ends, short of its last two: the
+    segments after it, cut as `split(body)` cuts them (a cut there depends on nothing after the
+    match that made it, the first this scan finds)."""
     if len(body) < 2 * MIN_SEGMENT:
         return [body] if body else []
     segments: list[bytes] = []
-    start, last = 0, -1
-    for match in _CUT.finditer(body):
+    last = -1
+    for match in _CUT.finditer(body, start):
         last = cut = match.start()
         while cut > 0 and body[cut - 1] in _SPACE:
             cut -= 1

@@ -40,6 +40,10 @@ ASK_FIRST = 64 * 1024
 WHOLE = 64 * 1024
 # Runs whose keyframes' compressor a compact packer keeps (each holds its dictionary digested).
 WARM_RUNS = 16
+# Runs whose last request's bytes a packer keeps, and the largest it keeps (bytes): a request
+# that starts as its run's last did is not cut and hashed again where it repeats it.
+CUTS_KEPT = 16
+CUT_KEPT_MAX = 4 << 20
 
 # hash, size, codec, stored bytes, and the hashes of the blobs it was compressed against
 BlobRow = tuple[str, int, str, bytes, tuple[str, ...]]
@@ -83,6 +87,7 @@ class Packer:
         self._known: Bounded[str, int | None] = Bounded(KNOWN_BLOBS)
         # Per run, the step and hashes of the last request packed: the next one may extend it.
         self._requests: Bounded[str, tuple[int, list[str]]] = Bounded(KNOWN_RUNS)
+        self._cuts: Bounded[str, _Cut] = Bounded(CUTS_KEPT)  # per run, its last request's cut
         self._frames: Bounded[str, deltas.Keyframes] = Bounded(KNOWN_RUNS)
         self._warm: Warm[str] = Warm(WARM_RUNS)
         self.headers = HeaderPacker(compact=compact)  # header columns (`cassettes.headers`)
@@ -111,7 +116,7 @@ class Packer:
         """A request's manifest: what it repeats of the run's last request packed (an earlier
         step) by reference, the rest as hashes. The step referred to is written before it:
         in an earlier transaction, or earlier in the same one."""
-        hashes = self._hashes(body, None, new, stored, run_id)
+        hashes = self._request_hashes(run_id, body, new, stored)
         last = self._requests.get(run_id)
         self._requests.put(run_id, (step, hashes))
         if last is not None and last[0] < step:
@@ -119,6 +124,25 @@ class Packer:
             if shared:
                 return Manifest(hashes[shared:], last[0], shared)
         return Manifest(hashes)
+
+    def _request_hashes(
+        self, run_id: str, body: bytes, new: dict[str, BlobRow], stored: Callable[[str], bool]
+    ) -> list[str]:
+        """`_hashes` of a request, its run's last request's segments taken as they were where
+        it starts with them: a conversation resent whole is cut and hashed where it grew."""
+        # The same bytes, the same blobs: committed with that request, or about to be with
+        # this batch (a batch that fails forgets the cuts).
+        cut = self._cuts.get(run_id)
+        reused = 0 if cut is None else cut.repeated_by(body)
+        hashes = cut.hashes[:reused] if cut else []
+        ends = cut.ends[:reused] if cut else []
+        start = ends[-1] if ends else 0
+        for segment in blobs.split(body, start):
+            hashes.append(self._stored_as(segment, new, stored, run_id))
+            ends.append(start := start + len(segment))
+        if len(body) <= CUT_KEPT_MAX:
+            self._cuts.put(run_id, _Cut(body, ends, hashes))
+        return hashes
 
     def _hashes(
         self, body: bytes, content_type: str | None, new: dict[str, BlobRow],
@@ -178,12 +202,46 @@ class Packer:
         """The transaction rolled back: the requests, headers and keyframes packed for it are
         not there to refer to."""
         self._requests.clear()
+        self._cuts.clear()
         self._frames.clear()
         self._warm.clear()
         self.headers.failed()
 
 
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """A request as it was packed: its bytes, where its segments end (`blobs.split`), their
+    hashes."""
+
+    body: bytes
+    ends: list[int]
+    hashes: list[str]
+
+    def repeated_by(self, body: bytes) -> int:
+        """How many of these segments `body` starts with that `blobs.split(body)` cuts alike:
+        those the segment after them is repeated too (the match that ended each is in it),
+        short of the last two (a list's end and the rest are cut apart from the matches)."""
+        if len(body) < 2 * blobs.MIN_SEGMENT:  # kept whole
+            return 0
+        view = memoryview(self.body)
+        low, high = 0, len(self.ends) - 2  # `body` repeats the first `low` + 1 segments
+        if high <= 0 or not body.startswith(view[: self.ends[0]]):
+            return 0
+        if body.startswith(view[: self.ends[high]]):  # most requests: all but the tail
+            return high
+        while high - low > 1:
+            middle = (low + high) // 2
+            if body.startswith(view[: self.ends[middle]]):
+                low = middle
+            else:
+                high = middle
+        return low
+
+
 def _common_prefix(a: list[str], b: list[str]) -> int:
+    most = min(len(a), len(b)) - 1
+    if most > 0 and a[:most] == b[:most]:  # most requests: all the last one's but its tail
+        return most + (a[most] == b[most])
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:

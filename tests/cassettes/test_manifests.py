@@ -6,6 +6,8 @@ import random
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forkpoint.cassettes import blobs
 from forkpoint.cassettes.manifests import BlobRow, Blobs, Bodies, Fetch, Packer
@@ -38,6 +40,15 @@ def test_after_a_failed_write_nothing_refers_to_what_was_rolled_back():
     packed(packer, 0, conversation(1), new)
     packer.failed()
     assert isinstance(orjson.loads(packed(packer, 1, conversation(2), new)), list)
+
+
+def test_after_a_failed_write_what_repeats_it_is_stored_again():
+    packer = Packer()
+    packed(packer, 0, conversation(3), {})
+    packer.failed()  # its blobs were rolled back: a request repeating it has them all again
+    new: dict[str, BlobRow] = {}
+    packed(packer, 1, conversation(4), new)
+    assert set(new) == {blobs.content_hash(s) for s in blobs.split(conversation(4))}
 
 
 def test_a_reference_that_does_not_resolve_is_an_error():
@@ -76,3 +87,60 @@ def test_a_blob_is_kept_as_a_delta_when_that_at_least_halves_it(added, as_delta)
     assert codec == (blobs.Codec.ZSTD_DICT if as_delta else blobs.Codec.RAW), codec
     keyframe = new[packer.pack_response(noise, {}, lambda _: False, "r1").hashes[0]]
     assert (keyframe[0] in new[digest][4]) is as_delta  # compressed against it
+
+
+# Pieces of bodies that a cut looks at (objects that open with "role" or "type", whitespace,
+# commas, list ends) and filler long enough to make segments.
+_PIECES = st.sampled_from([
+    b'{"role"', b'{ "type"', b'{\n\t"role"', b"{", b"   ", b",", b", ", b"}", b"]", b"}\n]",
+    b'"role"', b'"type"', b"x" * 300, b"y" * 90, b"\\", b'"',
+])  # fmt: skip
+_BODIES = st.lists(_PIECES, max_size=60).map(b"".join)
+
+
+@given(_BODIES)
+@settings(max_examples=400, deadline=None)
+def test_a_body_cut_from_any_cut_it_made_is_cut_as_it_was_whole(body: bytes):
+    whole = blobs.split(body)
+    end = 0
+    for index, segment in enumerate(whole[:-2]):  # the last two are cut apart from the matches
+        end += len(segment)
+        assert blobs.split(body, end) == whole[index + 1 :]
+
+
+def _conversation(turns: list[bytes], tail: bytes) -> bytes:
+    messages = [orjson.dumps({"role": "user", "content": turn.decode("latin-1")}) for turn in turns]
+    return b'{"messages": [' + b", ".join(messages) + b"], " + tail + b"}"
+
+
+_EDITS = st.sampled_from(["grow", "grow", "grow", "edit", "drop", "same", "extend", "other"])
+_TAILS = st.sampled_from([b'"model": "gpt-4o"', b'"tools": [{"type": "function"}]', b""])
+
+
+@given(st.lists(st.tuples(_EDITS, _BODIES, _TAILS), min_size=1, max_size=12))
+@settings(max_examples=150, deadline=None)
+def test_a_request_that_repeats_the_last_packs_as_if_cut_whole(edits):
+    """A run's requests, each the last one grown, edited in the middle, cut short, the same
+    again, the last with bytes added after its end, or another body: each reads back as the hashes of its segments cut whole, every
+    one of them stored or about to be (a packer takes what repeats its run's last request
+    from that request's cut)."""
+    turns: list[bytes] = [b"You are terse. " * 30]
+    packer, new, reader = Packer(compact=True), {}, Bodies()
+    body = b""
+    for step, (edit, text, tail) in enumerate(edits):
+        if edit == "grow":
+            turns.append(text)
+        elif edit == "edit" and len(turns) > 1:
+            turns[len(turns) // 2] = text
+        elif edit == "drop" and len(turns) > 1:
+            turns.pop()
+        if edit == "other":
+            body = text
+        elif edit == "extend":
+            body += text
+        else:
+            body = _conversation(turns, tail)
+        manifest = packer.pack_request("r1", step, body, new, lambda _: False)
+        whole = [blobs.content_hash(segment) for segment in blobs.split(body)]
+        assert reader.request(step, manifest.dump()) == whole
+        assert set(whole) <= new.keys()
