@@ -21,6 +21,7 @@ from tests.pg import postgres_url as postgres_url  # the fixture
 
 DUMPS = {".yaml": text.dumps, ".har": har.dumps, ".jsonl": jsonl.dumps}
 RUN = Run(id="01FILE", name="from a file")
+STARTED = 1_700_000_000.0
 
 
 def chat(step: int) -> bytes:
@@ -28,12 +29,11 @@ def chat(step: int) -> bytes:
 
 
 def written(folder: Path, suffix: str, count: int, *, bad_last: bool = False) -> Path:
-    exchanges = [
-        exchange(step=step, run_id=RUN.id, request_body=chat(step), upstream="http://up/v1/x")
-        for step in range(count)
-    ]
+    given = {"run_id": RUN.id, "upstream": "http://up/v1/x", "started_at": STARTED}
+    exchanges = [exchange(step=step, request_body=chat(step), **given) for step in range(count)]
     content = DUMPS[suffix](RUN, exchanges)
-    if bad_last:  # the last exchange's status, in each format's spelling
+    if bad_last:  # the last exchange's status, in each format's spelling (nothing after it
+        # holds "200": a start time from the clock did now and then, and was spoiled instead)
         head, _, tail = content.rpartition("200")
         content = head + "-200" + tail
     path = folder / f"run-{count}{suffix}"
