@@ -173,17 +173,16 @@ class Packer:
         if frames is None:
             frames = deltas.Keyframes()
         self._frames.put(run_id, frames)  # the run packed last is forgotten last
-        delta = None
+        delta, alone = None, None
         if frames and len(segment) <= deltas.DELTA_MAX:
             self._warm.used(run_id, frames)
             delta = frames.compress(segment)
-            if deltas.clearly_kept(delta, segment):  # no need to compress it alone to judge
+            if not deltas.clearly_kept(delta, segment):  # else no need to judge it by alone
+                alone = blobs.compress(segment)
+            if alone is None or deltas.kept(delta, alone[1]):
                 new[digest] = (digest, len(segment), blobs.Codec.ZSTD_DICT, delta, frames.bases)
                 return digest
-        codec, data = blobs.compress(segment)
-        if delta is not None and deltas.kept(delta, data):
-            new[digest] = (digest, len(segment), blobs.Codec.ZSTD_DICT, delta, frames.bases)
-            return digest
+        codec, data = alone or blobs.compress(segment)
         if len(segment) <= deltas.FRAME_MAX:
             frames.add(digest, segment)
         new[digest] = (digest, len(segment), codec, data, ())

@@ -121,9 +121,9 @@ _TAILS = st.sampled_from([b'"model": "gpt-4o"', b'"tools": [{"type": "function"}
 @settings(max_examples=150, deadline=None)
 def test_a_request_that_repeats_the_last_packs_as_if_cut_whole(edits):
     """A run's requests, each the last one grown, edited in the middle, cut short, the same
-    again, the last with bytes added after its end, or another body: each reads back as the hashes of its segments cut whole, every
-    one of them stored or about to be (a packer takes what repeats its run's last request
-    from that request's cut)."""
+    again, the last with bytes added after its end, or another body: each reads back as the
+    hashes of its segments cut whole, every one of them stored or about to be (a packer takes
+    what repeats its run's last request from that request's cut)."""
     turns: list[bytes] = [b"You are terse. " * 30]
     packer, new, reader = Packer(compact=True), {}, Bodies()
     body = b""
